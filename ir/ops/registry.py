@@ -1,0 +1,197 @@
+"""The op registry: one declarative `OpDef` per op, the single source of truth for its meaning.
+
+An entry states the signature (operands, results, attributes with defaults and allowed values), traits,
+and four functions of a `Sig` (operand types, attributes with defaults applied, result types):
+- `infer(sig) -> list[TensorType]`: result types; raises `OpError` on operands it cannot accept.
+- `verify(sig)`: checks beyond what infer sees (optional; infer's checks run anyway).
+- `reference(sig, *arrays) -> array | list[array]`: the semantics in numpy. This is the numpy target, the
+  constant folder and the oracle for translation validation.
+- `cost(sig) -> Cost`: FLOPs and bytes, for fusion decisions, the traffic analysis and roofline reports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..types import TensorType
+
+REQUIRED = object()
+
+ATTR_KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs", "type", "dense", "any")
+
+
+class OpError(Exception):
+    """An op's operands or attributes break one of its rules; the message names the rule."""
+
+
+def check(cond: Any, message: str) -> None:
+    if not cond:
+        raise OpError(message)
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    kind: str
+    default: Any = REQUIRED
+    allowed: tuple | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+def attr(kind: str, default: Any = REQUIRED, allowed: Sequence | None = None) -> AttrSpec:
+    assert kind in ATTR_KINDS, kind
+    return AttrSpec(kind, default, tuple(allowed) if allowed is not None else None)
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.flops + other.flops, self.bytes_read + other.bytes_read,
+                    self.bytes_written + other.bytes_written)
+
+
+@dataclass
+class Sig:
+    """What the op functions see: operand types, attributes (defaults filled in), result types."""
+
+    operands: list[TensorType]
+    attrs: dict[str, Any]
+    results: list[TensorType] = field(default_factory=list)
+    resources: Any = None  # the module's ResourceTable, for `const` of a dense_resource
+
+    def __getitem__(self, name: str) -> Any:
+        return self.attrs[name]
+
+
+def io_bytes(sig: Sig) -> tuple[int, int]:
+    return sum(t.nbytes for t in sig.operands), sum(t.nbytes for t in sig.results)
+
+
+def elementwise_cost(flops_per_element: int = 1) -> Callable[[Sig], Cost]:
+    def cost(sig: Sig) -> Cost:
+        r, w = io_bytes(sig)
+        return Cost(flops_per_element * sum(t.numel for t in sig.results), r, w)
+
+    return cost
+
+
+def default_cost(sig: Sig) -> Cost:
+    r, w = io_bytes(sig)
+    return Cost(0, r, w)
+
+
+@dataclass
+class OpDef:
+    name: str
+    operands: tuple[str, ...]
+    infer: Callable[[Sig], list[TensorType]]
+    reference: Callable[..., Any]
+    attrs: dict[str, AttrSpec] = field(default_factory=dict)
+    traits: frozenset[str] = frozenset({"pure"})
+    results: int | str = 1  # a count, or "*" for as many as infer returns
+    verify: Callable[[Sig], None] | None = None
+    cost: Callable[[Sig], Cost] = default_cost
+    doc: str = ""
+    regions: int = 0
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+    def operand_range(self) -> tuple[int, int | None]:
+        """(min, max) operand count; max None for variadic."""
+        lo = sum(1 for o in self.operands if not o.endswith(("?", "*")))
+        hi: int | None = None if any(o.endswith("*") for o in self.operands) else len(self.operands)
+        return lo, hi
+
+    def with_defaults(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        out = dict(attrs)
+        for k, spec in self.attrs.items():
+            if k not in out and not spec.required:
+                out[k] = spec.default
+        return out
+
+    def sig(self, operand_types: list[TensorType], attrs: dict[str, Any],
+            result_types: list[TensorType] | None = None, resources: Any = None) -> Sig:
+        return Sig(list(operand_types), self.with_defaults(attrs), list(result_types or []), resources)
+
+
+REGISTRY: dict[str, OpDef] = {}
+FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "reduce", "shape")
+_loaded = False
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in REGISTRY:
+        raise ValueError(f"op '{opdef.name}' registered twice")
+    REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def load_all() -> dict[str, OpDef]:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for fam in FAMILIES:
+            importlib.import_module(f"tessel.ir.ops.{fam}")
+    return REGISTRY
+
+
+def get_op(name: str) -> OpDef | None:
+    load_all()
+    return REGISTRY.get(name)
+
+
+# helpers shared by the op families -------------------------------------------------------------------
+def broadcast_shapes(*shapes: tuple[int | None, ...]) -> tuple[int | None, ...]:
+    """Numpy/ONNX multidirectional broadcasting; raises OpError when the shapes don't broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int | None] = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            raise OpError("operand shapes " + " and ".join(_fmt_shape(s) for s in shapes) + " do not broadcast")
+        if known:
+            out.append(known.pop())
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def _fmt_shape(s: tuple[int | None, ...]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in s) + "]"
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
+    check(-rank <= axis < max(rank, 1), f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def numel(shape: Sequence[int | None]) -> int:
+    return math.prod(d for d in shape if d is not None)
+
+
+def as_dtype(array: np.ndarray, t: TensorType) -> np.ndarray:
+    return np.asarray(array).astype(t.np_dtype, copy=False)

@@ -1,0 +1,100 @@
+"""Tensor types: `tensor<1x3x224x224xf32>`, rank-0 `tensor<f32>`, `?` for a dynamic dim."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+try:  # bf16 comes with onnx's dependency ml_dtypes
+    import ml_dtypes
+
+    _BF16: np.dtype | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - onnx always brings ml_dtypes
+    _BF16 = None
+
+ELEMENT_TYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "f64": np.dtype(np.float64),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i8": np.dtype(np.int8),
+    "ui8": np.dtype(np.uint8),
+    "i1": np.dtype(np.bool_),
+}
+if _BF16 is not None:
+    ELEMENT_TYPES["bf16"] = _BF16
+
+FLOAT_TYPES = frozenset({"f32", "f16", "bf16", "f64"})
+INT_TYPES = frozenset({"i64", "i32", "i8", "ui8"})
+
+
+def element_type_of(dtype: np.dtype) -> str:
+    """The tessel element type name of a numpy dtype (raises ValueError when there is none)."""
+    dtype = np.dtype(dtype)
+    for name, dt in ELEMENT_TYPES.items():
+        if dt == dtype:
+            return name
+    raise ValueError(f"numpy dtype {dtype} has no tessel element type")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """A ranked tensor type. `shape` holds ints, or None for a dynamic dim printed as `?`."""
+
+    shape: tuple[int | None, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ELEMENT_TYPES:
+            raise ValueError(f"unknown element type '{self.dtype}'")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(d is not None for d in self.shape)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            if d is None:
+                raise ValueError(f"{self} has a dynamic dim")
+            n *= d
+        return n
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return ELEMENT_TYPES[self.dtype]
+
+    @property
+    def itemsize(self) -> int:
+        return 1 if self.dtype == "i1" else self.np_dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_TYPES
+
+    def with_shape(self, shape: tuple[int | None, ...] | list[int]) -> TensorType:
+        return TensorType(tuple(shape), self.dtype)
+
+    def with_dtype(self, dtype: str) -> TensorType:
+        return TensorType(self.shape, dtype)
+
+    def __str__(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        return f"tensor<{dims}{self.dtype}>"
+
+    __repr__ = __str__
+
+    @staticmethod
+    def of(array: np.ndarray) -> TensorType:
+        return TensorType(tuple(int(d) for d in array.shape), element_type_of(array.dtype))
