@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-try:  # bf16 comes with onnx's dependency ml_dtypes
-    import ml_dtypes
+class _ElementTypes(Mapping[str, np.dtype]):
+    """Element type name -> numpy dtype. bf16 comes from ml_dtypes (an onnx dependency), imported only
+    when first asked for: it costs most of a second, and most runs never see bf16."""
 
-    _BF16: np.dtype | None = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - onnx always brings ml_dtypes
-    _BF16 = None
+    _names = ("f32", "f16", "bf16", "f64", "i64", "i32", "i8", "ui8", "i1")
 
-ELEMENT_TYPES: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "f64": np.dtype(np.float64),
-    "i64": np.dtype(np.int64),
-    "i32": np.dtype(np.int32),
-    "i8": np.dtype(np.int8),
-    "ui8": np.dtype(np.uint8),
-    "i1": np.dtype(np.bool_),
-}
-if _BF16 is not None:
-    ELEMENT_TYPES["bf16"] = _BF16
+    def __init__(self) -> None:
+        self._dtypes: dict[str, np.dtype] = {
+            "f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "f64": np.dtype(np.float64),
+            "i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "i8": np.dtype(np.int8),
+            "ui8": np.dtype(np.uint8), "i1": np.dtype(np.bool_),
+        }
 
+    def __getitem__(self, name: str) -> np.dtype:
+        if name == "bf16" and name not in self._dtypes:
+            import ml_dtypes
+
+            self._dtypes["bf16"] = np.dtype(ml_dtypes.bfloat16)
+        return self._dtypes[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+ELEMENT_TYPES = _ElementTypes()
 FLOAT_TYPES = frozenset({"f32", "f16", "bf16", "f64"})
 INT_TYPES = frozenset({"i64", "i32", "i8", "ui8"})
 
@@ -33,8 +45,8 @@ INT_TYPES = frozenset({"i64", "i32", "i8", "ui8"})
 def element_type_of(dtype: np.dtype) -> str:
     """The tessel element type name of a numpy dtype (raises ValueError when there is none)."""
     dtype = np.dtype(dtype)
-    for name, dt in ELEMENT_TYPES.items():
-        if dt == dtype:
+    for name in ELEMENT_TYPES:
+        if (name != "bf16" or dtype.name == "bfloat16") and ELEMENT_TYPES[name] == dtype:
             return name
     raise ValueError(f"numpy dtype {dtype} has no tessel element type")
 

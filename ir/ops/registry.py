@@ -195,3 +195,11 @@ def numel(shape: Sequence[int | None]) -> int:
 
 def as_dtype(array: np.ndarray, t: TensorType) -> np.ndarray:
     return np.asarray(array).astype(t.np_dtype, copy=False)
+
+
+def op_sig(op: Any, resources: Any = None) -> Sig:
+    """The Sig of an op in the IR (its types and attributes with defaults)."""
+    opdef = get_op(op.name)
+    if opdef is None:
+        raise OpError(f"unknown op '{op.name}'")
+    return opdef.sig(op.operand_types, op.attrs, op.result_types, resources)

@@ -1,0 +1,52 @@
+# tessel: `make demo` and `make test` work on a fresh machine; `make setup` runs once (stamp file).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.stamp-setup
+export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: setup demo test test-all lit unit lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@# OpenCL: PoCL on the CPU when no platform is present (Debian, as root)
+	@if ! $(BIN)/python -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing pocl-opencl-icd (OpenCL on the CPU)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd) >/dev/null \
+	      || echo "warning: could not install PoCL; OpenCL tests will be skipped"; \
+	  else echo "note: no OpenCL platform; install pocl-opencl-icd to enable --target=opencl"; fi; \
+	fi
+	touch $(STAMP)
+
+demo: setup
+	@bash examples/demo.sh
+
+# pytest runs the unit, numeric and lit suites (one pytest item per lit file) and ends with its summary.
+test: setup
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not conformance" tests
+
+test-all: setup
+	$(BIN)/python -m pytest -q -n 2 tests
+
+lit: setup
+	$(BIN)/lit -sv lit_tests
+
+lint: setup
+	$(BIN)/ruff check .
+
+typecheck: setup
+	$(BIN)/mypy ir passes
+
+bench: setup
+	$(BIN)/python bench/resources_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pocl-cache .hypothesis
+	find . -name __pycache__ -prune -exec rm -rf {} +
+	find lit_tests -name Output -prune -exec rm -rf {} +

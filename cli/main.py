@@ -1,0 +1,20 @@
+"""tessel: the umbrella command; every tool is a subcommand (`tessel opt`, `tessel run`, ...)."""
+
+from __future__ import annotations
+
+import click
+
+from . import opt, run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tessel")
+def main() -> None:
+    """tessel: an optimizing compiler for neural-network graphs.
+
+    Each subcommand is also a standalone tool (tessel-opt, tessel-run, ...) over .tsl files.
+    """
+
+
+main.add_command(opt.main, "opt")
+main.add_command(run.main, "run")

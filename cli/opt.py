@@ -1,0 +1,209 @@
+"""tessel-opt: run a pass pipeline over a .tsl module, like mlir-opt."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import time
+
+import click
+
+from ..ir.core import Module
+from ..ir.diagnostics import SOURCES, Diagnostic, DiagnosticError
+from ..ir.parser import parse_module
+from ..ir.printer import print_module
+from ..ir.verifier import verify
+from . import expected_diagnostics
+from .common import (
+    atomic_output,
+    debug_option,
+    fail,
+    handle_errors,
+    print_diagnostics,
+    read_input,
+    split_chunks,
+)
+
+_REPRO = re.compile(r"^// tessel-reproducer: --pass-pipeline='([^']*)'", re.M)
+
+EPILOG = """\b
+Examples:
+  tessel-opt -O1 model.tsl -o model.opt.tsl
+  tessel-opt --pass-pipeline='canonicalize,fold-constants{size-limit=1024},cse' m.tsl
+  tessel-import m.onnx | tessel-opt -O1 --time-passes | tessel-run --random-inputs
+  tessel-opt --split-input-file --verify-diagnostics invalid.tsl
+"""
+
+
+def _csv(values: tuple[str, ...]) -> set[str]:
+    return {p.strip() for v in values for p in v.split(",") if p.strip()}
+
+
+@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("input", required=False, default="-", metavar="[INPUT]")
+@click.option("-o", "--output", metavar="FILE", help="Write the result here (atomically) instead of stdout.")
+@click.option("-O", "opt_level", type=click.IntRange(0, 3), metavar="N",
+              help="Run the named pipeline -O0..-O3 (see --print-pipeline).")
+@click.option("--pass-pipeline", metavar="PIPELINE",
+              help="Passes to run, e.g. 'canonicalize,fold-constants{size-limit=1024},cse'.")
+@click.option("--print-pipeline", is_flag=True, help="Print the pipeline that would run (or every -O level) and exit.")
+@click.option("--list-passes", is_flag=True, help="List the registered passes with one line each, and exit.")
+@click.option("--load-pass-plugin", multiple=True, metavar="FILE.py",
+              help="Load a Python file that registers passes with tessel.passes.manager.register_pass.")
+@click.option("--verify-each/--no-verify-each", default=True, show_default=True,
+              help="Verify the IR after every pass; a pass that breaks it is an internal error.")
+@click.option("--print-ir-before", multiple=True, metavar="PASS", help="Print the IR before PASS (repeatable, or a,b).")
+@click.option("--print-ir-after", multiple=True, metavar="PASS", help="Print the IR after PASS (repeatable, or a,b).")
+@click.option("--print-ir-before-all", is_flag=True, help="Print the IR before every pass.")
+@click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
+@click.option("--print-ir-after-change", is_flag=True, help="Print the IR after each pass that changed it.")
+@click.option("--print-ir-tree-dir", metavar="DIR",
+              help="Write the --print-ir-* dumps as files under DIR/<module>/NN_<pass>_<when>.tsl instead.")
+@click.option("--time-passes", is_flag=True, help="Report the wall time of each pass on stderr.")
+@click.option("--pass-statistics", is_flag=True, help="Report each pass's statistics on stderr.")
+@click.option("--bisect-limit", type=click.IntRange(min=0), metavar="N",
+              help="Run only the first N pass applications, printing which ran and which were skipped.")
+@click.option("--crash-reproducer", metavar="FILE",
+              help="Where a crashing pass writes its reproducer (default: a temp file).")
+@click.option("--run-reproducer", is_flag=True, help="Run the pipeline recorded in the input reproducer's header.")
+@click.option("--split-input-file", is_flag=True, help="Treat '// -----' separated chunks as separate modules.")
+@click.option("--verify-diagnostics", is_flag=True,
+              help="Check diagnostics against '// expected-error {{...}}' comments instead of printing them.")
+@click.option("--elide-resources", is_flag=True, help="Print resources without their payload (for reading).")
+@click.option("--external-weights", metavar="FILE",
+              help="Write resource payloads to FILE and reference them from the output by offset and hash.")
+@debug_option
+@handle_errors
+def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: str | None,
+         print_pipeline: bool, list_passes: bool, load_pass_plugin: tuple[str, ...], verify_each: bool,
+         print_ir_before: tuple[str, ...], print_ir_after: tuple[str, ...], print_ir_before_all: bool,
+         print_ir_after_all: bool, print_ir_after_change: bool, print_ir_tree_dir: str | None,
+         time_passes: bool, pass_statistics: bool, bisect_limit: int | None, crash_reproducer: str | None,
+         run_reproducer: bool, split_input_file: bool, verify_diagnostics: bool, elide_resources: bool,
+         external_weights: str | None, debug: bool) -> None:
+    """Run a pass pipeline over a tessel IR module.
+
+    Reads INPUT (a .tsl file, or stdin when INPUT is '-' or missing), parses and verifies it, runs the
+    passes chosen with -O or --pass-pipeline (none by default: a round trip), and prints the result.
+    Exit status: 0 ok, 1 bad input (file:line:col diagnostics on stderr), 2 usage, 3 internal error.
+    """
+    from ..passes.manager import Instrumentation, PassManager, get_pass, load_plugin, pass_names
+    from ..passes.pipeline import O_LEVELS, parse_pipeline, pipeline_spec
+
+    for plugin in load_pass_plugin:
+        load_plugin(plugin)
+    if list_passes:
+        names = pass_names()
+        width = max(len(n) for n in names)
+        for n in names:
+            cls = get_pass(n)
+            sys.stdout.write(f"  {n:<{width}}  {cls.summary() if cls else ''}\n")
+        return
+    if opt_level is not None and pass_pipeline:
+        raise fail("give either -O or --pass-pipeline, not both", 2)
+
+    data, filename = b"", input
+    if not print_pipeline or run_reproducer:
+        data, filename = read_input(input)
+    if run_reproducer:
+        m = _REPRO.search(data[:4096].decode("utf-8", "replace"))
+        if m is None:
+            raise fail(f"'{filename}' has no '// tessel-reproducer: --pass-pipeline=...' header")
+        pass_pipeline = m.group(1)
+    pipeline_text = O_LEVELS[opt_level] if opt_level is not None else (pass_pipeline or "")
+    parse_pipeline(pipeline_text)  # report a bad pipeline before reading any IR
+
+    if print_pipeline:
+        if opt_level is None and pass_pipeline is None:
+            for level, text in O_LEVELS.items():
+                spec = pipeline_spec(parse_pipeline(text))
+                sys.stdout.write(f"-O{level}: {spec or '(no passes)'}\n")
+        else:
+            sys.stdout.write(pipeline_spec(parse_pipeline(pipeline_text)) + "\n")
+        return
+
+    inst = Instrumentation(
+        verify_each=verify_each, print_before=_csv(print_ir_before), print_after=_csv(print_ir_after),
+        print_before_all=print_ir_before_all, print_after_all=print_ir_after_all,
+        print_after_change=print_ir_after_change, tree_dir=print_ir_tree_dir, time_passes=time_passes,
+        statistics=pass_statistics, bisect_limit=bisect_limit, crash_reproducer=crash_reproducer)
+
+    def emit(s: str) -> None:
+        sys.stderr.write(s)
+
+    text = data.decode("utf-8", "replace")
+    chunks = split_chunks(text) if split_input_file else [(text, 0)]
+    SOURCES.add(filename, text)
+    failed = False
+    results: list[Module | None] = []
+    for chunk, line_offset in chunks:
+        produced: list[Diagnostic] = []
+        module = None
+        try:
+            t0 = time.perf_counter()
+            module = parse_module(chunk.encode("utf-8") if split_input_file else data, filename,
+                                  line_offset=line_offset, register_source=False)
+            errors = verify(module)
+            if errors:
+                raise DiagnosticError(errors)
+            pm = PassManager(parse_pipeline(pipeline_text), inst, emit)
+            try:
+                pm.run(module)
+            finally:
+                produced.extend(pm.ctx.diagnostics)
+                if time_passes:
+                    emit(pm.timing_report(time.perf_counter() - t0))
+                if pass_statistics:
+                    emit(pm.statistics_report())
+        except DiagnosticError as e:
+            produced.extend(e.diagnostics)
+            module = None
+        if verify_diagnostics:
+            problems = expected_diagnostics.check(
+                expected_diagnostics.parse_expected(chunk, line_offset), produced, filename)
+            if problems:
+                failed = True
+                sys.stderr.write("\n".join(problems) + "\n")
+        else:
+            errors_only = [d for d in produced if d.severity in ("error", "warning")]
+            if errors_only:
+                print_diagnostics(errors_only, filename)
+            if any(d.severity == "error" for d in produced):
+                failed = True
+        results.append(module)
+
+    if any(m is not None for m in results) and not (failed and output not in (None, "-")):
+        _write(results, output, elide_resources, external_weights)
+    if failed:
+        sys.exit(1)
+
+
+def _write(results: list[Module | None], output: str | None, elide: bool, external: str | None) -> None:
+    with atomic_output(output) as out:
+        side = None
+        try:
+            if external:
+                side = open(external + ".tmp", "wb")  # noqa: SIM115
+                base = os.path.dirname(os.path.abspath(output)) if output not in (None, "-") else os.getcwd()
+                ref = os.path.relpath(os.path.abspath(external), base)
+            for i, m in enumerate(results):
+                if i:
+                    out.write("// -----\n")
+                if m is None:
+                    continue
+                buf = out if len(results) == 1 else io.StringIO()
+                print_module(m, buf, elide_resources=elide, external=(side, ref) if side else None)
+                if buf is not out:
+                    out.write(buf.getvalue())
+            if side is not None:
+                side.close()
+                os.replace(external + ".tmp", external)  # type: ignore[operator]
+                side = None
+        except OSError as e:
+            raise fail(f"cannot write '{external or output}': {e.strerror}") from None
+        finally:
+            if side is not None:
+                side.close()
+                os.unlink(external + ".tmp")  # type: ignore[operator]

@@ -1,0 +1,77 @@
+"""Helpers the passes share: reading constants, making them, and evaluating ops with their reference."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr
+from ..ir.core import Loc, Module, Op, Value
+from ..ir.ops.registry import get_op, op_sig
+from ..ir.types import TensorType
+
+_SPLAT_CACHE: dict[str, object] = {}
+
+
+def const_attr(v: Value) -> DenseAttr | ResourceAttr | None:
+    op = v.op
+    if op is None or op.name != "const":
+        return None
+    a = op.attrs.get("value")
+    return a if isinstance(a, DenseAttr | ResourceAttr) else None
+
+
+def const_array(v: Value, module: Module) -> np.ndarray | None:
+    a = const_attr(v)
+    if isinstance(a, DenseAttr):
+        return a.data
+    if isinstance(a, ResourceAttr):
+        res = module.resources.get(a.name)
+        if res is None or not res.has_data:
+            return None
+        return res.array(a.type)
+    return None
+
+
+def splat_value(v: Value, module: Module | None = None) -> float | int | bool | None:
+    """The single value every element of a constant holds, or None (not a constant, or not a splat)."""
+    a = const_attr(v)
+    if isinstance(a, DenseAttr):
+        return a.splat_value().item() if a.is_splat and a.data.size else None
+    if isinstance(a, ResourceAttr) and module is not None:
+        res = module.resources.get(a.name)
+        if res is None or not res.has_data:
+            return None
+        key = res.digest + str(a.type)
+        if key not in _SPLAT_CACHE:
+            d = DenseAttr(a.type, res.array(a.type))
+            _SPLAT_CACHE[key] = d.splat_value().item() if d.is_splat and d.data.size else None
+        return _SPLAT_CACHE[key]  # type: ignore[return-value]
+    return None
+
+
+def make_const_attr(array: np.ndarray, t: TensorType, module: Module, hint: str = "folded") -> DenseAttr | ResourceAttr:
+    """A constant attribute for `array`: a splat or small literal inline, anything larger as a resource
+    named by its content hash (so the same bytes give the same name)."""
+    arr = np.ascontiguousarray(np.asarray(array).astype(t.np_dtype, copy=False))
+    d = DenseAttr(t, arr)
+    if d.is_splat or arr.size <= LITERAL_LIMIT:
+        return d
+    digest = hashlib.sha256(arr.tobytes()).hexdigest()[:12]
+    name = module.resources.add_array(f"{hint}.{digest}", arr)
+    return ResourceAttr(name, t)
+
+
+def evaluate(op: Op, inputs: list[np.ndarray], module: Module) -> list[np.ndarray]:
+    """Run an op's numpy reference on concrete operands."""
+    opdef = get_op(op.name)
+    assert opdef is not None
+    out = opdef.reference(op_sig(op, module.resources), *inputs)
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    return [np.asarray(o).astype(t.np_dtype, copy=False).reshape(t.shape)
+            for o, t in zip(outs, op.result_types, strict=True)]
+
+
+def const_op(anchor_loc: Loc, attr: DenseAttr | ResourceAttr) -> Op:
+    return Op("const", (), [attr.type], {"value": attr}, loc=anchor_loc)

@@ -1,0 +1,83 @@
+"""Pipeline strings (`canonicalize,fold-constants{size-limit=1024},cse`) and the -O levels."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+
+from ..ir.diagnostics import Diagnostic, DiagnosticError
+from .manager import Pass, get_pass, pass_names
+
+O_LEVELS: dict[int, str] = {
+    0: "",
+    1: "canonicalize,fold-constants,cse,canonicalize,dce",
+    2: "canonicalize,fold-constants,cse,canonicalize,dce",
+    3: "canonicalize,fold-constants,cse,canonicalize,dce",
+}
+"""-O2 and -O3 add algebraic, layout and fusion passes as they land; today they equal -O1."""
+
+_ELEMENT = re.compile(r"\s*([a-z0-9][a-z0-9\-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
+
+
+class PipelineError(DiagnosticError):
+    def __init__(self, message: str):
+        super().__init__(Diagnostic("error", message))
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """The passes of a pipeline string, options applied; raises PipelineError naming the problem."""
+    passes: list[Pass] = []
+    text = text.strip()
+    if text.startswith("builtin.module(") and text.endswith(")"):
+        text = text[len("builtin.module("):-1]
+    pos = 0
+    while pos < len(text):
+        m = _ELEMENT.match(text, pos)
+        if not m or m.end() == pos:
+            raise PipelineError(f"malformed pass pipeline at '{text[pos:pos + 30]}' (expected pass{{opt=value}})")
+        passes.append(make_pass(m.group(1), m.group(3)))
+        pos = m.end()
+        if m.group(4) == "," and pos >= len(text):
+            raise PipelineError("pass pipeline ends with ','")
+    return passes
+
+
+def make_pass(name: str, options: str | None) -> Pass:
+    cls = get_pass(name)
+    if cls is None:
+        close = difflib.get_close_matches(name, pass_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else "; see --list-passes"
+        raise PipelineError(f"unknown pass '{name}'{hint}")
+    fields = {f.name.replace("_", "-"): f for f in cls.options()}
+    kwargs: dict[str, typing.Any] = {}
+    for item in (options or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise PipelineError(f"pass '{name}' has no option '{key}' (options: {known})")
+        if not eq:
+            raise PipelineError(f"option '{key}' of pass '{name}' needs a value: {key}=...")
+        kwargs[fields[key].name] = _convert(name, key, value.strip(), fields[key].type)
+    return cls(**kwargs)
+
+
+def _convert(pass_name: str, key: str, value: str, type_: typing.Any) -> typing.Any:
+    t = type_ if not isinstance(type_, str) else {"int": int, "float": float, "bool": bool, "str": str}.get(type_, str)
+    try:
+        if t is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return value.lower() in ("true", "1")
+        return t(value)
+    except ValueError:
+        want = {int: "an integer", float: "a number", bool: "true or false"}.get(t, "a string")
+        raise PipelineError(f"option '{key}' of pass '{pass_name}' must be {want}, got '{value}'") from None
+
+
+def pipeline_spec(passes: list[Pass]) -> str:
+    return ",".join(p.spec() for p in passes)
