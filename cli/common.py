@@ -130,15 +130,18 @@ def handle_errors(f: Callable) -> Callable:
         except DiagnosticError as e:
             if debug:
                 traceback.print_exc()
-            print_diagnostics(e.diagnostics)
+            print_diagnostics(e.diagnostics, tool_name())  # position-less ones read `tessel-opt: error: ...`
             sys.exit(EXIT_INPUT)
         except CompilerCrash as e:
             if debug and e.traceback:
                 sys.stderr.write(e.traceback)
             sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
             if e.reproducer:
+                ctx = click.get_current_context(silent=True)
+                plugins = ctx.params.get("load_pass_plugin", ()) if ctx is not None else ()
+                load = "".join(f" --load-pass-plugin={p}" for p in plugins)  # the replay needs them too
                 sys.stderr.write(f"{tool_name()}: reproducer written to {e.reproducer}; replay it with: "
-                                 f"tessel-opt --run-reproducer {e.reproducer}\n")
+                                 f"tessel-opt{load} --run-reproducer {e.reproducer}\n")
             sys.exit(EXIT_ICE)
         except KeyboardInterrupt:
             sys.stderr.write(f"{tool_name()}: interrupted\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import io
 import os
 import re
@@ -103,17 +104,25 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
         return
     if opt_level is not None and pass_pipeline:
         raise fail("give either -O or --pass-pipeline, not both", 2)
+    if run_reproducer and (opt_level is not None or pass_pipeline is not None):
+        raise fail("--run-reproducer takes its pipeline from the reproducer; "
+                   "give no -O or --pass-pipeline", 2)
 
     data, filename = b"", input
-    if not print_pipeline or run_reproducer:
-        data, filename = read_input(input)
     if run_reproducer:
+        data, filename = read_input(input)
         m = _REPRO.search(data[:4096].decode("utf-8", "replace"))
         if m is None:
             raise fail(f"'{filename}' has no '// tessel-reproducer: --pass-pipeline=...' header")
         pass_pipeline = m.group(1)
     pipeline_text = O_LEVELS[opt_level] if opt_level is not None else (pass_pipeline or "")
-    parse_pipeline(pipeline_text)  # report a bad pipeline before reading any IR
+    parse_pipeline(pipeline_text)  # report a bad pipeline before reading any IR (or waiting on stdin)
+    for flag, names in (("--print-ir-before", print_ir_before), ("--print-ir-after", print_ir_after)):
+        for name in sorted(_csv(names)):
+            if get_pass(name) is None:
+                close = difflib.get_close_matches(name, pass_names(), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else "; see --list-passes"
+                raise fail(f"{flag}: unknown pass '{name}'{hint}")
 
     if print_pipeline:
         if opt_level is None and pass_pipeline is None:
@@ -123,6 +132,8 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
         else:
             sys.stdout.write(pipeline_spec(parse_pipeline(pipeline_text)) + "\n")
         return
+    if not run_reproducer:
+        data, filename = read_input(input)
 
     inst = Instrumentation(
         verify_each=verify_each, print_before=_csv(print_ir_before), print_after=_csv(print_ir_after),
@@ -201,6 +212,8 @@ def _write(results: list[Module | None], output: str | None, elide: bool, extern
                 side.close()
                 os.replace(external + ".tmp", external)  # type: ignore[operator]
                 side = None
+        except BrokenPipeError:
+            raise  # stdout's reader went away (`| head`): handle_errors exits quietly
         except OSError as e:
             raise fail(f"cannot write '{external or output}': {e.strerror}") from None
         finally:

@@ -25,10 +25,17 @@ Examples:
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
     try:
+        with open(path, "rb") as f:
+            is_zip = zipfile.is_zipfile(f)
+    except IsADirectoryError:
+        raise fail(f"cannot read inputs '{path}': it is a directory") from None
+    except OSError as e:
+        raise fail(f"cannot read inputs '{path}': {e.strerror}") from None
+    if not is_zip:  # np.load would return a .npy's array, or try to unpickle a text file
+        raise fail(f"cannot read inputs '{path}': not a .npz file (write one with numpy.savez)")
+    try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise fail(f"cannot read inputs '{path}': No such file or directory") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise fail(f"cannot read inputs '{path}': not a valid .npz file ({e})") from None
 

@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import io
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -108,9 +109,11 @@ def load_plugin(path: str) -> None:
     if spec is None or spec.loader is None:
         raise DiagnosticError(Diagnostic("error", f"cannot load pass plugin '{path}'"))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses (and pickling) look their module up there
     try:
         spec.loader.exec_module(mod)
     except FileNotFoundError:
+        del sys.modules[spec.name]
         raise DiagnosticError(Diagnostic("error", f"pass plugin '{path}' does not exist")) from None
 
 
