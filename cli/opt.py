@@ -33,7 +33,7 @@ EPILOG = """\b
 Examples:
   tessel-opt -O1 model.tsl -o model.opt.tsl
   tessel-opt --pass-pipeline='canonicalize,fold-constants{size-limit=1024},cse' m.tsl
-  tessel-import m.onnx | tessel-opt -O1 --time-passes | tessel-run --random-inputs
+  tessel-opt -O1 --time-passes m.tsl | tessel-run --random-inputs
   tessel-opt --split-input-file --verify-diagnostics invalid.tsl
 """
 
@@ -156,10 +156,12 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
             t0 = time.perf_counter()
             module = parse_module(chunk.encode("utf-8") if split_input_file else data, filename,
                                   line_offset=line_offset, register_source=False)
+            t1 = time.perf_counter()
             errors = verify(module)
             if errors:
                 raise DiagnosticError(errors)
             pm = PassManager(parse_pipeline(pipeline_text), inst, emit)
+            pm.timings += [("(parse)", t1 - t0), ("(verify input)", time.perf_counter() - t1)]
             try:
                 pm.run(module)
             finally:

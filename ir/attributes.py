@@ -119,7 +119,8 @@ class DenseAttr:
     def body(self) -> str:
         dt = self.type.dtype
         if self.data.size == 0:
-            return "[]"
+            # no elements: `[]` says the shape only at rank 1; otherwise an empty blob
+            return "[]" if self.data.ndim == 1 else '"0x"'
         if self.is_splat:
             return format_element(self.splat_value(), dt)
         if self.data.size > LITERAL_LIMIT:

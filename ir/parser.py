@@ -9,13 +9,14 @@ the speed of base64 decoding.
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import re
 from typing import Any
 
 import numpy as np
 
-from .attributes import DenseAttr, ResourceAttr
+from .attributes import DenseAttr, ResourceAttr, format_attr
 from .core import Block, Func, Loc, Module, Op, Region, SourcePos, Value
 from .diagnostics import SOURCES, Diagnostic, DiagnosticError
 from .ops.registry import get_op
@@ -37,6 +38,31 @@ _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
 def _unescape(s: str) -> str:
     return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), s)
+
+
+def _check_dense_elements(body: Any, t: TensorType) -> None:
+    """Each element of a dense literal must fit its element type: true/false (or 0/1) for i1, an integer
+    for the integer types, a finite number stays finite for the float types. Nothing is truncated or
+    overflowed to inf silently."""
+    if isinstance(body, list):
+        for x in body:
+            _check_dense_elements(x, t)
+        return
+    if t.dtype == "i1":
+        ok = isinstance(body, bool) or (type(body) is int and body in (0, 1))
+    elif t.is_float:
+        ok = not isinstance(body, bool)
+        if ok and math.isfinite(body):
+            with np.errstate(over="ignore"):
+                if np.isinf(np.asarray(float(body)).astype(t.np_dtype)):
+                    raise ValueError(f"{format_attr(body)} is out of range for {t.dtype}")
+    else:
+        ok = type(body) is int
+        info = np.iinfo(t.np_dtype)
+        if ok and not info.min <= body <= info.max:
+            raise ValueError(f"{body} is out of range for {t.dtype}")
+    if not ok:
+        raise ValueError(f"{format_attr(body)} is not a valid {t.dtype} element")
 
 
 class Parser:
@@ -220,10 +246,12 @@ class Parser:
             return int(m.group(0))
         if self.accept("-inf"):
             return float("-inf")
+        start = self.pos
         m = self.match(_BARE)
         if m and m.group(0) in ("true", "false", "inf", "nan"):
             w = m.group(0)
             return w == "true" if w in ("true", "false") else float(w)
+        self.pos = start  # report the word itself, not what follows it
         raise self.error(f"expected a number in the dense literal{self._found()}")
 
     def dense_body(self) -> Any:
@@ -261,6 +289,7 @@ class Parser:
                     raise ValueError(f"hex literal holds {len(raw)} bytes but {t} needs {want}")
                 arr = np.frombuffer(raw, dtype=t.np_dtype.newbyteorder("<")).astype(t.np_dtype).reshape(t.shape)
                 return DenseAttr(t, arr)
+            _check_dense_elements(body, t)
             if isinstance(body, list):
                 arr = np.array(body, dtype=np.float64 if t.is_float else object)
                 if arr.shape != t.shape:
@@ -325,6 +354,8 @@ class Parser:
     # structure ---------------------------------------------------------------------------------------
     def module(self) -> Module:
         self.ws()
+        if self.at_end():  # an empty input (or one of only comments) is an empty module, as in mlir-opt
+            return Module()
         if self.peek_word("func"):  # bare funcs: an implicit module
             m = Module()
             while self.peek_word("func"):
@@ -340,9 +371,10 @@ class Parser:
             self.pos += 10
             m.attrs = self.attr_dict()
         self.expect("{", "'{' to open the module body")
+        open_pos = self.pos - 1
         while not self.accept("}"):
             if self.at_end():
-                raise self.error("unterminated module body: expected '}'")
+                raise self.error("unterminated module body: the '{' here is never closed", open_pos)
             if not self.peek_word("func"):
                 raise self.error(f"expected 'func' or '}}' in the module body{self._found()}")
             m.funcs.append(self.func())
@@ -386,8 +418,8 @@ class Parser:
         self.block_body(block, "func")
         return f
 
-    def block_body(self, block: Block, what: str) -> None:
-        open_pos = self.pos - 1
+    def block_body(self, block: Block, what: str, open_pos: int | None = None) -> None:
+        open_pos = self.pos - 1 if open_pos is None else open_pos
         while not self.accept("}"):
             if self.at_end():
                 raise self.error(f"unterminated {what} body: the '{{' here is never closed", open_pos)
@@ -497,7 +529,7 @@ class Parser:
             block = Block([a[1] for a in args])
             for v, (n, _, apos) in zip(block.args, args, strict=True):
                 self.define(n, v, apos)
-        self.block_body(block, "region")
+        self.block_body(block, "region", open_pos)
         self.scopes.pop()
         return Region([block])
 
@@ -518,18 +550,19 @@ def parse_resources(section: memoryview, filename: str, base_dir: str, line_offs
     base = len(raw) - len(section)
 
     def fail(msg: str, at: int) -> DiagnosticError:
-        line = raw.count(b"\n", 0, at) + 1 + line_offset
+        line = raw.count(b"\n", base, at) + 1 + line_offset
         col = at - (raw.rfind(b"\n", 0, at) + 1) + 1
         return DiagnosticError(Diagnostic("error", msg, SourcePos(filename, line, col)))
 
     i = base + 3
-    head = re.compile(rb"\s*resources\s*:\s*\{")
+    sp = rb"(?:\s|//[^\n]*(?:\n|\Z))*"  # whitespace and `//` comments (each to its line end: no backtracking)
+    head = re.compile(sp + rb"resources\s*:\s*\{")
     m = head.match(raw, i)
     if not m:
         raise fail("expected 'resources: {' after '{-#'", i)
     i = m.end()
-    entry = re.compile(rb'\s*(?:"((?:[^"\\\n]|\\.)*)"|([A-Za-z_][A-Za-z0-9_.$\-]*))\s*:\s*"')
-    close = re.compile(rb"\s*\}\s*#-\}\s*")
+    entry = re.compile(sp + rb'(?:"((?:[^"\\\n]|\\.)*)"|([A-Za-z_][A-Za-z0-9_.$\-]*))\s*:\s*"')
+    close = re.compile(sp + rb"\}" + sp + rb"#-\}" + sp)
     while True:
         m = close.match(raw, i)
         if m:
@@ -549,7 +582,7 @@ def parse_resources(section: memoryview, filename: str, base_dir: str, line_offs
         except ResourceError as e:
             raise fail(str(e), m.start(1) if m.group(1) is not None else m.start(2)) from None
         i = end + 1
-        m2 = re.compile(rb"\s*,").match(raw, i)
+        m2 = re.compile(sp + rb",").match(raw, i)
         if m2:
             i = m2.end()
 

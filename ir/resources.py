@@ -144,7 +144,7 @@ def write_section(
         return
     out.write("{-#\n  resources: {\n")
     items = sorted(table, key=lambda r: r.name)
-    offset = 0
+    offset = external[0].tell() if external is not None else 0  # the side file may hold earlier modules
     for i, res in enumerate(items):
         out.write(f"    {format_name(res.name)}: \"sha256:{res.digest}:")
         if elide or not res.has_data:

@@ -131,8 +131,13 @@ class Verifier:
         if problem:
             return problem
         value = op.attrs.get("value")
-        if isinstance(value, ResourceAttr) and value.name not in self.module.resources:
-            return f"refers to unknown resource '{value.name}'"
+        if isinstance(value, ResourceAttr):
+            res = self.module.resources.get(value.name)
+            if res is None:
+                return f"refers to unknown resource '{value.name}'"
+            need = value.type.numel * value.type.np_dtype.itemsize if value.type.is_static else None
+            if res.has_data and need is not None and len(res.data) != need:
+                return f"resource '{value.name}' holds {len(res.data)} bytes but {value.type} needs {need}"
         if opdef.has("terminator"):
             return None
         sig = opdef.sig(op.operand_types, op.attrs, op.result_types, self.module.resources)
