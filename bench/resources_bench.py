@@ -19,7 +19,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from tessel.ir.attributes import ResourceAttr
 from tessel.ir.core import Func, Module, Op
 from tessel.ir.parser import parse_module

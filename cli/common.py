@@ -158,8 +158,10 @@ def handle_errors(f: Callable) -> Callable:
             tb = traceback.format_exc()
             if debug:
                 sys.stderr.write(tb)
-            sys.stderr.write(f"{tool_name()}: internal compiler error: {type(e).__name__}: {e}\n"
-                             f"{tool_name()}: this is a bug in tessel; rerun with --debug for the traceback\n")
+            sys.stderr.write(
+                f"{tool_name()}: internal compiler error: {type(e).__name__}: {e}\n"
+                f"{tool_name()}: this is a bug in tessel; rerun with --debug for the traceback\n"
+            )
             sys.exit(EXIT_ICE)
 
     return wrapper

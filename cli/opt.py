@@ -42,21 +42,29 @@ def _csv(values: tuple[str, ...]) -> set[str]:
     return {p.strip() for v in values for p in v.split(",") if p.strip()}
 
 
-@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option("-o", "--output", metavar="FILE", help="Write the result here (atomically) instead of stdout.")
 @click.option("-O", "opt_level", type=click.IntRange(0, 3), metavar="N",
               help="Run the named pipeline -O0..-O3 (see --print-pipeline).")
 @click.option("--pass-pipeline", metavar="PIPELINE",
               help="Passes to run, e.g. 'canonicalize,fold-constants{size-limit=1024},cse'.")
-@click.option("--print-pipeline", is_flag=True, help="Print the pipeline that would run (or every -O level) and exit.")
+@click.option(
+    "--print-pipeline", is_flag=True, help="Print the pipeline that would run (or every -O level) and exit."
+)
 @click.option("--list-passes", is_flag=True, help="List the registered passes with one line each, and exit.")
 @click.option("--load-pass-plugin", multiple=True, metavar="FILE.py",
               help="Load a Python file that registers passes with tessel.passes.manager.register_pass.")
 @click.option("--verify-each/--no-verify-each", default=True, show_default=True,
               help="Verify the IR after every pass; a pass that breaks it is an internal error.")
-@click.option("--print-ir-before", multiple=True, metavar="PASS", help="Print the IR before PASS (repeatable, or a,b).")
-@click.option("--print-ir-after", multiple=True, metavar="PASS", help="Print the IR after PASS (repeatable, or a,b).")
+@click.option(
+    "--print-ir-before", multiple=True, metavar="PASS", help="Print the IR before PASS (repeatable, or a,b)."
+)
+@click.option(
+    "--print-ir-after", multiple=True, metavar="PASS", help="Print the IR after PASS (repeatable, or a,b)."
+)
 @click.option("--print-ir-before-all", is_flag=True, help="Print the IR before every pass.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 @click.option("--print-ir-after-change", is_flag=True, help="Print the IR after each pass that changed it.")
@@ -68,8 +76,12 @@ def _csv(values: tuple[str, ...]) -> set[str]:
               help="Run only the first N pass applications, printing which ran and which were skipped.")
 @click.option("--crash-reproducer", metavar="FILE",
               help="Where a crashing pass writes its reproducer (default: a temp file).")
-@click.option("--run-reproducer", is_flag=True, help="Run the pipeline recorded in the input reproducer's header.")
-@click.option("--split-input-file", is_flag=True, help="Treat '// -----' separated chunks as separate modules.")
+@click.option(
+    "--run-reproducer", is_flag=True, help="Run the pipeline recorded in the input reproducer's header."
+)
+@click.option(
+    "--split-input-file", is_flag=True, help="Treat '// -----' separated chunks as separate modules."
+)
 @click.option("--verify-diagnostics", is_flag=True,
               help="Check diagnostics against '// expected-error {{...}}' comments instead of printing them.")
 @click.option("--elide-resources", is_flag=True, help="Print resources without their payload (for reading).")

@@ -62,7 +62,9 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     return buf.getvalue()
 
 
-@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option("--target", type=click.Choice(["numpy"]), default="numpy", show_default=True,
               help="Where to run: numpy (the reference interpreter).")
@@ -70,7 +72,9 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.option("--inputs", metavar="FILE.npz", help="Input arrays keyed by argument name.")
 @click.option("--random-inputs", is_flag=True, help="Use seeded random inputs (floats in [-1, 1)).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
-@click.option("--outputs", metavar="FILE.npz", help="Write the results here, keyed by result name (atomically).")
+@click.option(
+    "--outputs", metavar="FILE.npz", help="Write the results here, keyed by result name (atomically)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary table.")
 @debug_option
 @handle_errors
@@ -81,7 +85,8 @@ def main(input: str, target: str, func_name: str | None, inputs: str | None, ran
     Reads INPUT (stdin when '-' or missing), verifies it, feeds the func its inputs (--inputs or
     --random-inputs), and prints one row per output (type, min, max, mean, checksum).
     """
-    from ..targets.numpy.interpreter import check_inputs, output_names, random_inputs as make_random, run_func
+    from ..targets.numpy.interpreter import check_inputs, output_names, run_func
+    from ..targets.numpy.interpreter import random_inputs as make_random
 
     if inputs and random_inputs:
         raise fail("give either --inputs or --random-inputs, not both", 2)

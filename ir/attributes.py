@@ -73,14 +73,14 @@ class DenseAttr:
             arr = arr.astype(want)
         if arr.shape != self.type.shape:
             if arr.size == 1:
-                arr = np.broadcast_to(arr.reshape(()), self.type.shape)
+                arr = np.broadcast_to(arr.reshape(()), self.type.dims)
             else:
                 raise ValueError(f"dense literal of shape {arr.shape} does not match {self.type}")
         self.data = arr
 
     @staticmethod
     def splat(value: Any, type: TensorType) -> DenseAttr:
-        return DenseAttr(type, np.broadcast_to(np.asarray(value, dtype=type.np_dtype), type.shape))
+        return DenseAttr(type, np.broadcast_to(np.asarray(value, dtype=type.np_dtype), type.dims))
 
     @staticmethod
     def of(array: np.ndarray) -> DenseAttr:
@@ -176,7 +176,7 @@ def attr_equal(a: Attr, b: Attr) -> bool:
     """Structural equality that tells 1 from 1.0 and True from 1 (Python's == does not)."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, float):
+    if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
     if isinstance(a, list):
         return len(a) == len(b) and all(attr_equal(x, y) for x, y in zip(a, b, strict=True))  # type: ignore

@@ -248,7 +248,9 @@ class Func:
         self.result_attrs = (list(self.result_attrs) + [{} for _ in range(m)])[:m]
 
     @staticmethod
-    def new(name: str, arg_types: list[TensorType], arg_names: list[str], result_types: list[TensorType]) -> Func:
+    def new(
+        name: str, arg_types: list[TensorType], arg_names: list[str], result_types: list[TensorType]
+    ) -> Func:
         return Func(name, Region([Block(arg_types, arg_names)]), list(result_types))
 
     @property

@@ -12,7 +12,8 @@ import bisect
 import math
 import os
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from .ops.registry import get_op
 from .resources import ResourceError, ResourceTable, decode_entry
 from .types import ELEMENT_TYPES, TensorType
 
+T = TypeVar("T")
+_NOT_SCALAR = object()
 _WS = re.compile(r"(?:\s+|//[^\n]*)*")
 _VALUE_ID = re.compile(r"%([A-Za-z0-9_.$\-]+)")
 _SYMBOL = re.compile(r"@([A-Za-z_][A-Za-z0-9_.$\-]*)")
@@ -147,29 +150,28 @@ class Parser:
         dims = tuple(None if d == "?" else int(d) for d in m.group(1).split("x")[:-1])
         return TensorType(dims, m.group(2))
 
+    def delimited(self, open_: str, close: str, item: Callable[[], T]) -> list[T]:
+        """`open_ item, item, ... close`, possibly empty."""
+        self.expect(open_)
+        items: list[T] = []
+        if self.accept(close):
+            return items
+        while True:
+            items.append(item())
+            if not self.accept(","):
+                break
+        self.expect(close, f"'{close}' or ','")
+        return items
+
     def type_list(self) -> list[TensorType]:
-        self.expect("(")
-        types: list[TensorType] = []
-        if not self.accept(")"):
-            types.append(self.type())
-            while self.accept(","):
-                types.append(self.type())
-            self.expect(")", "')' or ','")
-        return types
+        return self.delimited("(", ")", self.type)
 
     def result_types(self, with_attrs: bool = False) -> tuple[list[TensorType], list[dict]]:
         if not self.peek("("):
             return [self.type()], [{}]
-        self.expect("(")
-        types, attrs = [], []
-        if not self.accept(")"):
-            while True:
-                types.append(self.type())
-                attrs.append(self.attr_dict() if with_attrs and self.peek("{") else {})
-                if not self.accept(","):
-                    break
-            self.expect(")", "')' or ','")
-        return types, attrs
+        pairs = self.delimited("(", ")", lambda: (self.type(), self.attr_dict()
+                                                  if with_attrs and self.peek("{") else {}))
+        return [t for t, _ in pairs], [a for _, a in pairs]
 
     # attributes --------------------------------------------------------------------------------------
     def attr_dict(self) -> dict[str, Any]:
@@ -193,14 +195,7 @@ class Parser:
         self.ws()
         start = self.pos
         if self.peek("["):
-            self.pos += 1
-            items: list[Any] = []
-            if not self.accept("]"):
-                items.append(self.attr())
-                while self.accept(","):
-                    items.append(self.attr())
-                self.expect("]", "']' or ','")
-            return items
+            return self.delimited("[", "]", self.attr)
         if self.peek("{"):
             return self.attr_dict()
         m = self.match(_STRING)
@@ -208,19 +203,12 @@ class Parser:
             return _unescape(m.group(1))
         if self.peek("tensor<"):
             return self.type()
-        m = self.match(_FLOAT)
-        if m:
-            return float(m.group(0))
-        m = self.match(_INT)
-        if m:
-            return int(m.group(0))
+        value = self.scalar()
+        if value is not _NOT_SCALAR:
+            return value
         m = self.match(_BARE)
         if m:
             word = m.group(0)
-            if word in ("true", "false"):
-                return word == "true"
-            if word in ("inf", "nan"):
-                return float(word)
             if word == "dense":
                 return self.dense(start)
             if word == "dense_resource":
@@ -232,12 +220,10 @@ class Parser:
                 self.resource_refs.append((name, name_pos))
                 return ResourceAttr(name, self.type())
             raise self.error(f"bad attribute value '{word}'", start)
-        if self.text.startswith("-inf", self.pos):
-            self.pos += 4
-            return float("-inf")
         raise self.error(f"expected an attribute value{self._found()}", start)
 
-    def dense_element(self) -> Any:
+    def scalar(self) -> Any:
+        """A number, true/false, inf, -inf or nan; _NOT_SCALAR (nothing consumed) for anything else."""
         m = self.match(_FLOAT)
         if m:
             return float(m.group(0))
@@ -251,18 +237,18 @@ class Parser:
         if m and m.group(0) in ("true", "false", "inf", "nan"):
             w = m.group(0)
             return w == "true" if w in ("true", "false") else float(w)
-        self.pos = start  # report the word itself, not what follows it
-        raise self.error(f"expected a number in the dense literal{self._found()}")
+        self.pos = start
+        return _NOT_SCALAR
+
+    def dense_element(self) -> Any:
+        value = self.scalar()
+        if value is _NOT_SCALAR:  # report the word itself, not what follows it
+            raise self.error(f"expected a number in the dense literal{self._found()}")
+        return value
 
     def dense_body(self) -> Any:
-        if self.accept("["):
-            items: list[Any] = []
-            if not self.accept("]"):
-                items.append(self.dense_body())
-                while self.accept(","):
-                    items.append(self.dense_body())
-                self.expect("]", "']' or ','")
-            return items
+        if self.peek("["):
+            return self.delimited("[", "]", self.dense_body)
         return self.dense_element()
 
     def dense(self, start: int) -> DenseAttr:
@@ -287,14 +273,18 @@ class Parser:
                 want = t.numel * t.np_dtype.itemsize
                 if len(raw) != want:
                     raise ValueError(f"hex literal holds {len(raw)} bytes but {t} needs {want}")
-                arr = np.frombuffer(raw, dtype=t.np_dtype.newbyteorder("<")).astype(t.np_dtype).reshape(t.shape)
+                arr = (
+                    np.frombuffer(raw, dtype=t.np_dtype.newbyteorder("<")).astype(t.np_dtype).reshape(t.dims)
+                )
                 return DenseAttr(t, arr)
             _check_dense_elements(body, t)
             if isinstance(body, list):
                 arr = np.array(body, dtype=np.float64 if t.is_float else object)
                 if arr.shape != t.shape:
                     raise ValueError(f"literal of shape {list(arr.shape)} does not match {t}")
-                return DenseAttr(t, arr.astype(t.np_dtype) if t.is_float else np.array(body, dtype=t.np_dtype))
+                return DenseAttr(
+                    t, arr.astype(t.np_dtype) if t.is_float else np.array(body, dtype=t.np_dtype)
+                )
             return DenseAttr.splat(body, t)
         except (ValueError, TypeError, OverflowError) as e:
             raise self.error(f"bad dense literal: {e}", start) from None
@@ -351,6 +341,21 @@ class Parser:
             raise self.error(f"expected a value like %x{self._found()}")
         return self.lookup(m.group(1), pos), pos
 
+    def typed_args(self, what: str, with_attrs: bool) -> list[tuple[str, TensorType, dict, int]]:
+        """`(%a: type {attrs}, ...)`: (name, type, attributes, position) of each argument."""
+
+        def arg() -> tuple[str, TensorType, dict, int]:
+            self.ws()
+            apos = self.pos
+            m = self.match(_VALUE_ID)
+            if not m:
+                raise self.error(f"expected {what} like %x: tensor<...>{self._found()}")
+            self.expect(":", f"':' and the type of {what}")
+            t = self.type()
+            return m.group(1), t, self.attr_dict() if with_attrs and self.peek("{") else {}, apos
+
+        return self.delimited("(", ")", arg)
+
     # structure ---------------------------------------------------------------------------------------
     def module(self) -> Module:
         self.ws()
@@ -385,23 +390,8 @@ class Parser:
         self.pos += 4
         self.expect("@", "'@' and the func name")
         name = self.name_or_string("a func name")
-        self.expect("(")
         self.scopes = [{}]
-        args: list[tuple[str, TensorType, dict, int]] = []
-        if not self.accept(")"):
-            while True:
-                self.ws()
-                apos = self.pos
-                m = self.match(_VALUE_ID)
-                if not m:
-                    raise self.error(f"expected an argument like %x: tensor<...>{self._found()}")
-                self.expect(":", "':' and the argument type")
-                t = self.type()
-                a = self.attr_dict() if self.peek("{") else {}
-                args.append((m.group(1), t, a, apos))
-                if not self.accept(","):
-                    break
-            self.expect(")", "')' or ','")
+        args = self.typed_args("an argument", with_attrs=True)
         results: list[TensorType] = []
         result_attrs: list[dict] = []
         if self.accept("->"):
@@ -427,7 +417,6 @@ class Parser:
 
     def op(self) -> Op:
         self.ws()
-        start = self.pos
         result_names: list[tuple[str, int]] = []
         if self.peek("%"):
             while True:
@@ -463,14 +452,17 @@ class Parser:
         self.expect("->", "'->' in the op's function type")
         out_types, _ = self.result_types()
         if len(in_types) != len(operands):
-            raise self.error(f"'{name}' has {len(operands)} operands but its type lists {len(in_types)}", type_pos)
+            raise self.error(
+                f"'{name}' has {len(operands)} operands but its type lists {len(in_types)}", type_pos
+            )
         for (v, vpos), t in zip(operands, in_types, strict=True):
             if v.type != t:
                 raise self.error(
                     f"use of value '%{v.name}' expects type {t} but it was defined as {v.type}", vpos)
         if len(out_types) != len(result_names):
-            raise self.error(f"'{name}' defines {len(result_names)} results but its type lists {len(out_types)}",
-                             type_pos)
+            raise self.error(
+                f"'{name}' defines {len(result_names)} results but its type lists {len(out_types)}", type_pos
+            )
         op = Op(name, [v for v, _ in operands], out_types, attrs, pos=self.where(name_pos))
         if self.accept("("):
             while True:
@@ -511,23 +503,10 @@ class Parser:
         block = Block()
         if self.accept("^"):
             self.match(_BARE)
-            args = []
-            if self.accept("("):
-                if not self.accept(")"):
-                    while True:
-                        self.ws()
-                        apos = self.pos
-                        m = self.match(_VALUE_ID)
-                        if not m:
-                            raise self.error(f"expected a block argument like %x: tensor<...>{self._found()}")
-                        self.expect(":", "':' and the block argument type")
-                        args.append((m.group(1), self.type(), apos))
-                        if not self.accept(","):
-                            break
-                    self.expect(")", "')' or ','")
+            args = self.typed_args("a block argument", with_attrs=False) if self.peek("(") else []
             self.expect(":", "':' after the block label")
             block = Block([a[1] for a in args])
-            for v, (n, _, apos) in zip(block.args, args, strict=True):
+            for v, (n, _, _, apos) in zip(block.args, args, strict=True):
                 self.define(n, v, apos)
         self.block_body(block, "region", open_pos)
         self.scopes.pop()
@@ -587,8 +566,15 @@ def parse_resources(section: memoryview, filename: str, base_dir: str, line_offs
             i = m2.end()
 
 
-def parse_module(data: bytes | str, filename: str = "<stdin>", *, line_offset: int = 0,
-                 base_dir: str | None = None, verify_hash: bool = True, register_source: bool = True) -> Module:
+def parse_module(
+    data: bytes | str,
+    filename: str = "<stdin>",
+    *,
+    line_offset: int = 0,
+    base_dir: str | None = None,
+    verify_hash: bool = True,
+    register_source: bool = True,
+) -> Module:
     """Parse one module (text plus optional resources section). Raises DiagnosticError."""
     if isinstance(data, str):
         data = data.encode("utf-8")

@@ -1,6 +1,6 @@
 """The printer: one generic syntax for every op, deterministic, and parseable back to the same text.
 
-    %0 = conv2d %x, %w {groups = 1, strides = [2, 2]} : (tensor<...>, tensor<...>) -> tensor<...> loc("onnx:Conv_0")
+    %0 = conv2d %x, %w {groups = 1} : (tensor<...>, tensor<...>) -> tensor<...> loc("onnx:Conv_0")
 
 Value names come from their hints (the parsed name, an ONNX name) made unique per func; values without a
 hint are numbered, skipping every hinted name, so print -> parse -> print is byte-identical.

@@ -40,7 +40,9 @@ class ResourceError(Exception):
 class Resource:
     __slots__ = ("name", "digest", "_data", "origin")
 
-    def __init__(self, name: str, data: bytes | memoryview | None, digest: str | None = None, origin: str = ""):
+    def __init__(
+        self, name: str, data: bytes | memoryview | None, digest: str | None = None, origin: str = ""
+    ):
         self.name = name
         self._data = data
         if digest is None:
@@ -75,7 +77,7 @@ class Resource:
                 f"resource '{self.name}' holds {len(data)} bytes but {type} needs {want}"
             )
         arr = np.frombuffer(data, dtype=type.np_dtype.newbyteorder("<"), count=type.numel)
-        return arr.astype(type.np_dtype, copy=False).reshape(type.shape)
+        return arr.astype(type.np_dtype, copy=False).reshape(type.dims)
 
 
 class ResourceTable:
@@ -196,7 +198,9 @@ def decode_entry(name: str, value: memoryview, base_dir: str, verify_hash: bool 
         data = _map_external(os.path.join(base_dir, path), off, length, name)
         origin = path
     else:
-        raise ResourceError(f"resource '{name}': unknown encoding '{kind}' (expected base64, external or elided)")
+        raise ResourceError(
+            f"resource '{name}': unknown encoding '{kind}' (expected base64, external or elided)"
+        )
     if verify_hash and hashlib.sha256(data).hexdigest() != digest:
         raise ResourceError(f"resource '{name}': content does not match its sha256 hash")
     return Resource(name, data, digest, origin)
@@ -213,7 +217,9 @@ def _map_external(path: str, offset: int, length: int, name: str) -> memoryview:
             with open(path, "rb") as f:
                 m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else None
         except OSError as e:
-            raise ResourceError(f"resource '{name}': cannot open external weights '{path}': {e.strerror}") from None
+            raise ResourceError(
+                f"resource '{name}': cannot open external weights '{path}': {e.strerror}"
+            ) from None
         if m is None:
             raise ResourceError(f"resource '{name}': external weights file '{path}' is empty")
         _MAPS[key] = m

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+
 class _ElementTypes(Mapping[str, np.dtype]):
     """Element type name -> numpy dtype. bf16 comes from ml_dtypes (an onnx dependency), imported only
     when first asked for: it costs most of a second, and most runs never see bf16."""
@@ -69,6 +70,13 @@ class TensorType:
     @property
     def is_static(self) -> bool:
         return all(d is not None for d in self.shape)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The shape of a static type (raises ValueError on a dynamic dim)."""
+        if not self.is_static:
+            raise ValueError(f"{self} has a dynamic dim")
+        return self.shape  # type: ignore[return-value]
 
     @property
     def numel(self) -> int:

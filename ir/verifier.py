@@ -53,7 +53,9 @@ def check_attrs(opdef: OpDef, attrs: dict[str, Any]) -> str | None:
     for name in attrs:
         if name not in opdef.attrs and "." not in name:
             known = ", ".join(sorted(opdef.attrs)) or "none"
-            return f"has unknown attribute '{name}' (known: {known}; discardable attributes need a dotted name)"
+            return (
+                f"has unknown attribute '{name}' (known: {known}; discardable attributes need a dotted name)"
+            )
     return None
 
 
@@ -145,10 +147,10 @@ class Verifier:
             inferred = opdef.infer(sig)
             if len(inferred) != len(op.results):
                 return f"has {len(inferred)} results by its operands and attributes, got {len(op.results)}"
-            for i, (got, want) in enumerate(zip(op.result_types, inferred, strict=True)):
-                if got != want:
+            for i, (actual, expected) in enumerate(zip(op.result_types, inferred, strict=True)):
+                if actual != expected:
                     which = "result type" if len(inferred) == 1 else f"result #{i} type"
-                    return f"{which} {got} does not match the inferred type {want}"
+                    return f"{which} {actual} does not match the inferred type {expected}"
             if opdef.verify is not None:
                 opdef.verify(sig)
         except OpError as e:

@@ -103,7 +103,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
     def noop_slice(op: Op, rw: Rewriter) -> bool:
         # slice(x) -> x when it keeps every element in order (result type equals operand type, steps > 0)
         steps = op.attrs.get("steps") or []
-        if all(s > 0 for s in steps):  # type: ignore[union-attr]
+        if all(isinstance(s, int) and s > 0 for s in steps):  # type: ignore[union-attr]
             return noop_if_same_type(op, rw)
         return False
 

@@ -51,7 +51,9 @@ def splat_value(v: Value, module: Module | None = None) -> float | int | bool | 
     return None
 
 
-def make_const_attr(array: np.ndarray, t: TensorType, module: Module, hint: str = "folded") -> DenseAttr | ResourceAttr:
+def make_const_attr(
+    array: np.ndarray, t: TensorType, module: Module, hint: str = "folded"
+) -> DenseAttr | ResourceAttr:
     """A constant attribute for `array`: a splat or small literal inline, anything larger as a resource
     named by its content hash (so the same bytes give the same name)."""
     arr = np.ascontiguousarray(np.asarray(array).astype(t.np_dtype, copy=False))
@@ -69,7 +71,7 @@ def evaluate(op: Op, inputs: list[np.ndarray], module: Module) -> list[np.ndarra
     assert opdef is not None
     out = opdef.reference(op_sig(op, module.resources), *inputs)
     outs = list(out) if isinstance(out, list | tuple) else [out]
-    return [np.asarray(o).astype(t.np_dtype, copy=False).reshape(t.shape)
+    return [np.asarray(o).astype(t.np_dtype, copy=False).reshape(t.dims)
             for o, t in zip(outs, op.result_types, strict=True)]
 
 

@@ -19,7 +19,10 @@ class DCE(Pass):
     """Erase pure ops whose results are unused, and resources nothing references."""
 
     NAME = "dce"
-    STATISTICS = {"num-erased": "Number of ops erased", "num-resources-dropped": "Number of resources dropped"}
+    STATISTICS = {
+        "num-erased": "Number of ops erased",
+        "num-resources-dropped": "Number of resources dropped",
+    }
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:

@@ -39,7 +39,13 @@ class FoldConstants(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for op in list(module.walk()):
-            if op.parent is None or op.name == "const" or not is_pure(op) or not op.results or not op.operands:
+            if (
+                op.parent is None
+                or op.name == "const"
+                or not is_pure(op)
+                or not op.results
+                or not op.operands
+            ):
                 continue
             if any(const_attr(v) is None for v in op.operands):
                 continue
@@ -63,7 +69,9 @@ class FoldConstants(Pass):
                 continue  # an elided resource: nothing to compute with
             with np.errstate(all="ignore"):
                 outs = evaluate(op, inputs, module)  # type: ignore[arg-type]
-            self.replace(op, [make_const_attr(a, r.type, module) for a, r in zip(outs, op.results, strict=True)])
+            self.replace(
+                op, [make_const_attr(a, r.type, module) for a, r in zip(outs, op.results, strict=True)]
+            )
 
     def replace(self, op: Op, attrs: list[DenseAttr | ResourceAttr]) -> None:
         assert op.parent is not None

@@ -72,7 +72,7 @@ class Pass:
         return (cls.__doc__ or "").strip().split("\n")[0]
 
     def spec(self) -> str:
-        """This pass with its non-default options, as a pipeline element: `fold-constants{size-limit=1024}`."""
+        """This pass with its non-default options as a pipeline element: `fold-constants{size-limit=8}`."""
         opts = [f"{f.name.replace('_', '-')}={_fmt_option(getattr(self, f.name))}" for f in self.options()
                 if getattr(self, f.name) != f.default]
         return self.NAME + ("{" + ",".join(opts) + "}" if opts else "")
@@ -190,7 +190,9 @@ class PassManager:
                     from ..ir.diagnostics import render
 
                     msg = "".join(render(d) for d in errors[:5])
-                    raise CompilerCrash(p.NAME, f"produced invalid IR:\n{msg}", self._reproducer(before, p), "")
+                    raise CompilerCrash(
+                        p.NAME, f"produced invalid IR:\n{msg}", self._reproducer(before, p), ""
+                    )
             after_all = inst.print_after_all or p.NAME in inst.print_after
             if after_all or inst.print_after_change:
                 changed = module_text(module) != before[0]

@@ -35,7 +35,9 @@ def parse_pipeline(text: str) -> list[Pass]:
     while pos < len(text):
         m = _ELEMENT.match(text, pos)
         if not m or m.end() == pos:
-            raise PipelineError(f"malformed pass pipeline at '{text[pos:pos + 30]}' (expected pass{{opt=value}})")
+            raise PipelineError(
+                f"malformed pass pipeline at '{text[pos : pos + 30]}' (expected pass{{opt=value}})"
+            )
         passes.append(make_pass(m.group(1), m.group(3)))
         pos = m.end()
         if m.group(4) == "," and pos >= len(text):
@@ -67,7 +69,11 @@ def make_pass(name: str, options: str | None) -> Pass:
 
 
 def _convert(pass_name: str, key: str, value: str, type_: typing.Any) -> typing.Any:
-    t = type_ if not isinstance(type_, str) else {"int": int, "float": float, "bool": bool, "str": str}.get(type_, str)
+    t = (
+        type_
+        if not isinstance(type_, str)
+        else {"int": int, "float": float, "bool": bool, "str": str}.get(type_, str)
+    )
     try:
         if t is bool:
             if value.lower() not in ("true", "false", "1", "0"):

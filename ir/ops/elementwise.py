@@ -12,7 +12,16 @@ from collections.abc import Callable
 import numpy as np
 
 from ..types import ELEMENT_TYPES, TensorType
-from .registry import OpDef, Sig, attr, broadcast_shapes, check, elementwise_cost, register
+from .registry import (
+    OpDef,
+    Sig,
+    attr,
+    broadcast_shapes,
+    check,
+    check_element_kind,
+    elementwise_cost,
+    register,
+)
 
 UNARY_TRAITS = frozenset({"pure", "elementwise", "layout-agnostic"})
 BINARY_TRAITS = frozenset({"pure", "elementwise", "broadcasting", "layout-agnostic"})
@@ -43,10 +52,7 @@ def unary(name: str, fn: Callable[..., np.ndarray], *, float_only: bool = True, 
           attrs: dict | None = None, doc: str = "") -> OpDef:
     def infer(sig: Sig) -> list[TensorType]:
         t = sig.operands[0]
-        if float_only:
-            check(t.is_float, f"operand must be a float tensor, got {t}")
-        else:
-            check(t.dtype != "i1", f"operand must be numeric, got {t}")
+        check_element_kind(t, float_only)
         return [t]
 
     return register(OpDef(name, ("x",), infer=infer, reference=_in_float(fn), attrs=attrs or {},
@@ -85,7 +91,7 @@ unary("sin", lambda s, x: np.sin(x), flops=4, doc="sine")
 unary("cos", lambda s, x: np.cos(x), flops=4, doc="cosine")
 unary("floor", lambda s, x: np.floor(x), doc="round down")
 unary("ceil", lambda s, x: np.ceil(x), doc="round up")
-unary("round", lambda s, x: np.round(x), doc="round half to even")
+unary("round", lambda s, x: np.asarray(np.round(x)), doc="round half to even")
 unary("erf", lambda s, x: _erf(x), flops=8, doc="Gauss error function")
 unary("sigmoid", lambda s, x: 1 / (1 + np.exp(-x)), flops=4, doc="1 / (1 + e^-x)")
 unary("relu", lambda s, x: np.maximum(x, 0).astype(x.dtype), float_only=False, doc="max(x, 0)")

@@ -67,7 +67,7 @@ def _matmul_cost(sig: Sig) -> Cost:
     r, w = io_bytes(sig)  # first, so a dynamic shape fails here as in every other cost function
     a, b = sig.operands
     batch, m, k, n = _matmul_parts(a.shape, b.shape)
-    return Cost(2 * math.prod(batch) * m * k * n, r, w)
+    return Cost(2 * math.prod(batch) * m * k * n, r, w)  # type: ignore[operator,arg-type]
 
 
 register(OpDef(
@@ -132,8 +132,8 @@ def _gemm_ref(sig: Sig, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = Non
 def _gemm_cost(sig: Sig) -> Cost:
     r, w = io_bytes(sig)
     m, k, n = _gemm_mkn(sig)
-    mn = m * n
-    flops = 2 * mn * k + (mn if sig["alpha"] != 1 else 0)
+    mn = m * n  # type: ignore[operator]
+    flops = 2 * mn * k + (mn if sig["alpha"] != 1 else 0)  # type: ignore[operator]
     if len(sig.operands) > 2:
         flops += mn + (mn if sig["beta"] != 1 else 0)
     return Cost(flops, r, w)

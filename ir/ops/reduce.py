@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..types import TensorType
-from .registry import Cost, OpDef, Sig, attr, check, io_bytes, norm_axis, register
+from .registry import Cost, OpDef, Sig, attr, check, check_element_kind, io_bytes, norm_axis, register
 
 REDUCE_TRAITS = frozenset({"pure", "reduction"})
 INDEX_TRAITS = frozenset({"pure"})
@@ -55,12 +55,12 @@ def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 def _max(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     # an empty reduction gives the lowest value, as ONNX specifies (numpy would raise)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    return np.max(x, axis=axes, keepdims=True, **({"initial": low} if x.size == 0 else {}))
+    return np.max(x, axis=axes, keepdims=True, **({"initial": low} if x.size == 0 else {}))  # type: ignore[call-overload]
 
 
 def _min(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     high = np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).max
-    return np.min(x, axis=axes, keepdims=True, **({"initial": high} if x.size == 0 else {}))
+    return np.min(x, axis=axes, keepdims=True, **({"initial": high} if x.size == 0 else {}))  # type: ignore[call-overload]
 
 
 def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -76,10 +76,7 @@ def reduction(name: str, fn: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
 
     def infer(sig: Sig) -> list[TensorType]:
         t = sig.operands[0]
-        if float_only:
-            check(t.is_float, f"operand must be a float tensor, got {t}")
-        else:
-            check(t.dtype != "i1", f"operand must be numeric, got {t}")
+        check_element_kind(t, float_only)
         return [t.with_shape(_reduced_shape(t.shape, reduced_axes(sig), sig["keepdims"]))]
 
     def reference(sig: Sig, x: np.ndarray) -> np.ndarray:

@@ -136,7 +136,7 @@ class OpDef:
 
 
 REGISTRY: dict[str, OpDef] = {}
-FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "reduce", "shape")
+FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape")
 _loaded = False
 
 
@@ -170,7 +170,9 @@ def broadcast_shapes(*shapes: tuple[int | None, ...]) -> tuple[int | None, ...]:
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
         known = {d for d in dims if d is not None and d != 1}
         if len(known) > 1:
-            raise OpError("operand shapes " + " and ".join(_fmt_shape(s) for s in shapes) + " do not broadcast")
+            raise OpError(
+                "operand shapes " + " and ".join(_fmt_shape(s) for s in shapes) + " do not broadcast"
+            )
         if known:
             out.append(known.pop())
         elif any(d is None for d in dims):
@@ -182,6 +184,14 @@ def broadcast_shapes(*shapes: tuple[int | None, ...]) -> tuple[int | None, ...]:
 
 def _fmt_shape(s: tuple[int | None, ...]) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in s) + "]"
+
+
+def check_element_kind(t: TensorType, float_only: bool) -> None:
+    """Float-only ops take f16/bf16/f32/f64; numeric ops anything but i1."""
+    if float_only:
+        check(t.is_float, f"operand must be a float tensor, got {t}")
+    else:
+        check(t.dtype != "i1", f"operand must be numeric, got {t}")
 
 
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:

@@ -45,10 +45,14 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
         t: TensorType = v.type
         if a.dtype != t.np_dtype:
             problems.append(f"input '{name}' has dtype {a.dtype}, expected {t.np_dtype} ({t})")
-        elif len(a.shape) != t.rank or any(d is not None and d != s for d, s in zip(t.shape, a.shape, strict=True)):
+        elif len(a.shape) != t.rank or any(
+            d is not None and d != s for d, s in zip(t.shape, a.shape, strict=True)
+        ):
             problems.append(f"input '{name}' has shape {list(a.shape)}, expected {t}")
     for extra in sorted(set(inputs) - set(names)):
-        problems.append(f"unexpected input '{extra}' (func @{func.name} takes: {', '.join(names) or 'nothing'})")
+        problems.append(
+            f"unexpected input '{extra}' (func @{func.name} takes: {', '.join(names) or 'nothing'})"
+        )
     if problems:
         d = Diagnostic("error", f"{source} do not match func @{func.name}: {problems[0]}")
         for p in problems[1:]:
@@ -64,7 +68,9 @@ def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
     for name, v in zip(input_names(func), func.args, strict=True):
         t: TensorType = v.type
         if not t.is_static:
-            raise DiagnosticError(Diagnostic("error", f"input '{name}' has a dynamic shape {t}: give --inputs"))
+            raise DiagnosticError(
+                Diagnostic("error", f"input '{name}' has a dynamic shape {t}: give --inputs")
+            )
         if t.is_float:
             out[name] = rng.uniform(-1, 1, t.shape).astype(t.np_dtype)
         elif t.dtype == "i1":

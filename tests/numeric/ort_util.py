@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
-
 from tessel.ir.ops.registry import get_op
 from tessel.ir.types import TensorType
 
@@ -49,7 +48,9 @@ def run_ort(op_type: str, inputs: list[np.ndarray | None], onnx_attrs: dict[str,
     return [np.asarray(x) for x in sess.run(outs, feeds)]
 
 
-def run_tessel(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None) -> list[np.ndarray]:
+def run_tessel(
+    op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None
+) -> list[np.ndarray]:
     """Infer result types, verify, run the reference, and check the arrays match the inferred types."""
     opdef = get_op(op_name)
     assert opdef is not None, f"no op '{op_name}'"
@@ -63,7 +64,9 @@ def run_tessel(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | N
     outs = list(out) if isinstance(out, list | tuple) else [out]
     assert len(outs) == len(result_types)
     for o, t in zip(outs, result_types, strict=True):
-        assert TensorType.of(np.asarray(o)) == t, f"reference gave {TensorType.of(np.asarray(o))}, infer said {t}"
+        assert TensorType.of(np.asarray(o)) == t, (
+            f"reference gave {TensorType.of(np.asarray(o))}, infer said {t}"
+        )
     cost = opdef.cost(sig)
     assert cost.flops >= 0 and cost.bytes_read >= 0 and cost.bytes_written >= 0
     return [np.asarray(o) for o in outs]
@@ -75,8 +78,9 @@ def check_op(op_type: str, op_name: str, inputs: list[np.ndarray | None], *,
              rtol: float = 1e-5, atol: float = 1e-6, domain: str = "") -> None:
     """Compare tessel's `op_name` on `tessel_inputs` (default: the non-None `inputs`) with ONNX `op_type`."""
     expected = run_ort(op_type, inputs, onnx_attrs, n_outputs, opset, domain)
-    got = run_tessel(op_name, tessel_inputs if tessel_inputs is not None else [a for a in inputs if a is not None],
-                     attrs)
+    got = run_tessel(
+        op_name, tessel_inputs if tessel_inputs is not None else [a for a in inputs if a is not None], attrs
+    )
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert g.shape == e.shape, f"shape {g.shape} != onnxruntime's {e.shape}"
@@ -87,7 +91,9 @@ def check_op(op_type: str, op_name: str, inputs: list[np.ndarray | None], *,
             np.testing.assert_array_equal(g, e)
 
 
-def rand(*shape: int, seed: int = 0, dtype: Any = np.float32, low: float = -2.0, high: float = 2.0) -> np.ndarray:
+def rand(
+    *shape: int, seed: int = 0, dtype: Any = np.float32, low: float = -2.0, high: float = 2.0
+) -> np.ndarray:
     return np.random.default_rng(seed + 7 * len(shape) + sum(shape)).uniform(low, high, shape).astype(dtype)
 
 

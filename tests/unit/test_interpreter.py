@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
-
 from tessel.ir.diagnostics import DiagnosticError
 from tessel.ir.parser import parse_module
 from tessel.targets.numpy.interpreter import check_inputs, input_names, output_names, random_inputs, run_func
 
 TEXT = """
-func @main(%x: tensor<2x3xf32>, %n: tensor<i64> {name = "count:0"}) -> (tensor<2x3xf32> {name = "y"}, tensor<i64>) {
+func @main(%x: tensor<2x3xf32>, %n: tensor<i64> {name = "count:0"})
+    -> (tensor<2x3xf32> {name = "y"}, tensor<i64>) {
   %0 = relu %x : (tensor<2x3xf32>) -> tensor<2x3xf32>
   return %0, %n : tensor<2x3xf32>, tensor<i64>
 }
@@ -35,12 +35,21 @@ def test_run_with_checked_inputs(module) -> None:
     assert n == 3
 
 
-@pytest.mark.parametrize("inputs,message", [
-    ({"x": np.zeros((2, 3), np.float32)}, "missing input 'count:0'"),
-    ({"x": np.zeros((2, 3), np.float32), "count:0": np.array(1), "z": np.zeros(1)}, "unexpected input 'z'"),
-    ({"x": np.zeros((3, 2), np.float32), "count:0": np.array(1)}, "has shape [3, 2], expected tensor<2x3xf32>"),
-    ({"x": np.zeros((2, 3), np.float64), "count:0": np.array(1)}, "has dtype float64, expected float32"),
-])
+@pytest.mark.parametrize(
+    "inputs,message",
+    [
+        ({"x": np.zeros((2, 3), np.float32)}, "missing input 'count:0'"),
+        (
+            {"x": np.zeros((2, 3), np.float32), "count:0": np.array(1), "z": np.zeros(1)},
+            "unexpected input 'z'",
+        ),
+        (
+            {"x": np.zeros((3, 2), np.float32), "count:0": np.array(1)},
+            "has shape [3, 2], expected tensor<2x3xf32>",
+        ),
+        ({"x": np.zeros((2, 3), np.float64), "count:0": np.array(1)}, "has dtype float64, expected float32"),
+    ],
+)
 def test_bad_inputs_are_named(module, inputs, message) -> None:
     with pytest.raises(DiagnosticError) as e:
         check_inputs(module.funcs[0], inputs)

@@ -5,7 +5,6 @@ remembers its %roundtrip line."""
 from pathlib import Path
 
 import pytest
-
 from tessel.cli.common import split_chunks
 from tessel.ir.diagnostics import DiagnosticError
 from tessel.ir.parser import parse_module

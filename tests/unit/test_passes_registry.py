@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from tessel.passes.manager import BUILTIN_PASSES, get_pass
 from tessel.passes.pipeline import O_LEVELS, PipelineError, make_pass, parse_pipeline, pipeline_spec
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tessel.ir.attributes import DenseAttr
 from tessel.ir.core import Func, Module, Op, Value
 from tessel.ir.ops.registry import get_op
@@ -43,8 +42,10 @@ class Builder:
         kind = self.draw(st.sampled_from(["splat", "zero", "zero", "one", "one", "literal"]))
         t = TensorType(shape, "f32")
         if kind == "literal":
-            data = np.array(self.draw(st.lists(st.floats(-2, 2, width=32), min_size=t.numel, max_size=t.numel)),
-                            dtype=np.float32).reshape(shape)
+            data = np.array(
+                self.draw(st.lists(st.floats(-2, 2, width=32), min_size=t.numel, max_size=t.numel)),
+                dtype=np.float32,
+            ).reshape(shape)
             attr = DenseAttr(t, data)
         else:
             fixed = {"zero": 0.0, "one": 1.0}

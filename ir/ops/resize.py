@@ -1,0 +1,98 @@
+"""resize: nearest and (multi)linear resampling with ONNX's coordinate transformation modes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import TensorType
+from .nn import PURE, _float
+from .registry import Cost, OpDef, Sig, attr, check, io_bytes, register
+
+
+# resize -------------------------------------------------------------------------------------------------
+def _resize_infer(sig: Sig) -> list[TensorType]:
+    x = sig.operands[0]
+    sizes, scales = [int(v) for v in sig["sizes"]], [float(v) for v in sig["scales"]]
+    check(len(sizes) == x.rank, f"'sizes' must have {x.rank} values (the input rank), got {len(sizes)}")
+    check(all(v >= 1 for v in sizes), f"'sizes' values must be positive, got {sizes}")
+    check(len(scales) in (0, x.rank), f"'scales' must be empty or have {x.rank} values, got {len(scales)}")
+    check(all(v > 0 for v in scales), f"'scales' values must be positive, got {scales}")
+    if sig["mode"] == "linear":
+        _float(x)
+    else:
+        check(x.dtype != "i1", f"input must be numeric, got {x}")
+    return [x.with_shape(tuple(sizes))]
+
+
+def _resize_verify(sig: Sig) -> None:
+    """Given scales, ONNX sizes the output floor(in * scale); an importer that passes both must agree."""
+    x, sizes, scales = sig.operands[0], sig["sizes"], sig["scales"]
+    for i, (n, out, sc) in enumerate(zip(x.shape, sizes, scales, strict=False)):
+        if n is not None:
+            want = {int(np.float32(n) * np.float32(sc)), int(n * sc)}
+            check(out in want, f"'sizes' value {out} in dim {i} is not floor({n} * scale {sc}) = {min(want)}")
+
+
+def _source_coords(out_len: int, in_len: int, scale: np.float32, ctm: str) -> np.ndarray:
+    """Input coordinate of each output index, in f32 with onnxruntime's operation order so that nearest
+    rounding ties fall the same way."""
+    xr, f = np.arange(out_len, dtype=np.float32), np.float32
+    if ctm == "half_pixel":
+        return (xr + f(0.5)) / scale - f(0.5)
+    if ctm == "pytorch_half_pixel":
+        return (xr + f(0.5)) / scale - f(0.5) if out_len > 1 else np.zeros(1, np.float32)
+    if ctm == "tf_half_pixel_for_nn":
+        return (xr + f(0.5)) / scale
+    if ctm == "align_corners":
+        return xr * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(1, np.float32)
+    return xr / scale  # asymmetric
+
+
+def _nearest(c: np.ndarray, mode: str) -> np.ndarray:
+    half = c == np.trunc(c) + np.float32(0.5)
+    if mode == "round_prefer_floor":
+        return np.where(half, np.floor(c), np.rint(c))
+    if mode == "round_prefer_ceil":
+        return np.where(half, np.ceil(c), np.rint(c))
+    return np.floor(c) if mode == "floor" else np.ceil(c)
+
+
+def _resize_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
+    """Separable: one gather (nearest) or one two-tap lerp (linear) per resized axis."""
+    sizes, scales, linear = sig["sizes"], sig["scales"], sig["mode"] == "linear"
+    want = sig.results[0].np_dtype if sig.results else x.dtype
+    y = x.astype(np.float32) if linear and x.dtype.itemsize < 4 else x
+    for ax, (n_in, n_out) in enumerate(zip(x.shape, sizes, strict=True)):
+        scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(n_in)
+        if n_in == n_out and scale == 1:
+            continue
+        c = _source_coords(n_out, n_in, scale, sig["coordinate_transformation_mode"])
+        if not linear:
+            y = np.take(y, np.clip(_nearest(c, sig["nearest_mode"]), 0, n_in - 1).astype(np.intp), axis=ax)
+            continue
+        c = np.clip(c, 0, n_in - 1)
+        lo = np.floor(c).astype(np.intp)
+        hi = np.minimum(lo + 1, n_in - 1)
+        frac = (c - lo).astype(y.dtype).reshape([-1 if a == ax else 1 for a in range(x.ndim)])
+        y = np.take(y, lo, axis=ax) * (1 - frac) + np.take(y, hi, axis=ax) * frac
+    return np.ascontiguousarray(y).astype(want, copy=False)
+
+
+def _resize_cost(sig: Sig) -> Cost:
+    x, y = sig.operands[0], sig.results[0]
+    axes = sum(1 for a, b in zip(x.shape, y.shape, strict=True) if a != b)
+    return Cost(3 * axes * y.numel if sig["mode"] == "linear" else 0, *io_bytes(sig))
+
+
+register(OpDef(
+    "resize", ("x",), infer=_resize_infer, verify=_resize_verify, reference=_resize_ref,
+    attrs={"sizes": attr("ints"), "scales": attr("floats", []),
+           "mode": attr("str", "nearest", allowed=("nearest", "linear")),
+           "coordinate_transformation_mode": attr("str", "half_pixel", allowed=(
+               "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")),
+           "nearest_mode": attr("str", "round_prefer_floor", allowed=(
+               "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"))},
+    traits=PURE, cost=_resize_cost,
+    doc="ONNX Resize to the static `sizes`: nearest or (multi)linear over the resized dims. `scales`, when "
+        "given, replaces out/in in the coordinate transform, as ONNX does when a model gives scales.",
+))
