@@ -200,12 +200,13 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
         results.append(module)
 
     if any(m is not None for m in results) and not (failed and output not in (None, "-")):
-        _write(results, output, elide_resources, external_weights)
+        write_modules(results, output, elide_resources, external_weights)
     if failed:
         sys.exit(1)
 
 
-def _write(results: list[Module | None], output: str | None, elide: bool, external: str | None) -> None:
+def write_modules(results: list[Module | None], output: str | None, elide: bool,
+                  external: str | None) -> None:
     with atomic_output(output) as out:
         side = None
         try:

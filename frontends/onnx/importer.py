@@ -1,0 +1,241 @@
+"""ONNX -> tessel graph-level IR.
+
+`import_model` loads a model (external data included), checks it, lists every unsupported op in one
+error, fixes dynamic input dims from `input_shapes`, and converts node by node through the converters in
+ops/. Every op gets `loc("onnx:<node name>")`; func arguments and results keep the ONNX names (as a
+`name` attribute where the IR name had to change).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ...ir.core import Func, Module, Op
+from ...ir.diagnostics import Diagnostic, DiagnosticError
+from ...ir.ops.registry import OpError
+from ...ir.printer import sanitize
+from ...ir.types import TensorType
+from .builder import Builder, ConversionError, Tensor
+from .registry import get_converter
+from .types import onnx_element_type
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _err(message: str, notes: Sequence[str] = ()) -> DiagnosticError:
+    d = Diagnostic("error", message)
+    for n in notes:
+        d.note(n)
+    return DiagnosticError(d)
+
+
+def load(data: bytes, filename: str) -> onnx.ModelProto:
+    """Parse and check a model, loading external data from the file's folder."""
+    if not data:
+        raise _err(f"'{filename}' is empty, not an ONNX model")
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise _err(f"'{filename}' is not a valid ONNX model (truncated or not ONNX): {e}") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise _err(f"'{filename}' is not an ONNX model: it has no graph")
+    base = os.path.dirname(os.path.abspath(filename)) if filename not in ("<stdin>", "-") else os.getcwd()
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, base)
+    except FileNotFoundError as e:
+        raise _err(f"'{filename}': external data file '{os.path.basename(str(e.filename))}' is missing "
+                   f"(looked in {base})") from None
+    except (OSError, ValueError) as e:
+        raise _err(f"'{filename}': cannot load external data: {e}") from None
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().split("\n")[0]
+        raise _err(f"'{filename}' fails onnx.checker: {first}") from None
+    return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in DEFAULT_DOMAINS:
+            return o.version
+    return 1
+
+
+def check_supported(model: onnx.ModelProto, filename: str) -> None:
+    """One error listing every unsupported op type with its count, opset and first node names."""
+    opset = default_opset(model)
+    missing: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        if node.domain not in DEFAULT_DOMAINS:
+            missing[(node.domain, node.op_type)].append(name)
+            continue
+        conv = get_converter(node.op_type)
+        if conv is None or opset < conv.since:
+            missing[("", node.op_type)].append(name)
+    if not missing:
+        return
+    notes = []
+    for (domain, op_type), names in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        where = f"domain '{domain}'" if domain else f"opset {opset}"
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        notes.append(f"{op_type} ({where}): {len(names)} node{'s' if len(names) > 1 else ''}: {shown}")
+    total = sum(len(v) for v in missing.values())
+    raise _err(f"'{filename}' uses {len(missing)} unsupported op type{'s' if len(missing) > 1 else ''} "
+               f"({total} node{'s' if total > 1 else ''})", notes)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | None]:
+    return [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+
+
+def _dim_text(vi: onnx.ValueInfoProto) -> str:
+    out = []
+    for d in vi.type.tensor_type.shape.dim:
+        out.append(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
+    return "x".join(out) or "scalar"
+
+
+def attribute_values(node: onnx.NodeProto) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode("utf-8", "replace") for x in v]
+        out[a.name] = v
+    return out
+
+
+def initializer_tensor(b: Builder, init: onnx.TensorProto) -> Tensor:
+    what = f"initializer '{init.name}'"
+    dtype = onnx_element_type(init.data_type, what)
+    arr = numpy_helper.to_array(init)
+    t = b.const(arr, dtype, name=init.name)
+    return t
+
+
+def import_model(data: bytes, filename: str = "<stdin>",
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Module:
+    """Convert an ONNX model (its serialized bytes) to a tessel module. Raises DiagnosticError."""
+    model = load(data, filename)
+    check_supported(model, filename)
+    graph = model.graph
+    opset = default_opset(model)
+    input_shapes = dict(input_shapes or {})
+
+    module = Module(name=sanitize(graph.name or "model"))
+    module.attrs = {
+        "source": os.path.basename(filename),
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "opset": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        "ir_version": model.ir_version,
+    }
+    inits = {i.name for i in graph.initializer}
+    graph_inputs = [vi for vi in graph.input if vi.name not in inits]
+    unknown = sorted(set(input_shapes) - {vi.name for vi in graph_inputs})
+    if unknown:
+        raise _err(f"--input-shape names {', '.join(repr(u) for u in unknown)}, which "
+                   f"{'is' if len(unknown) == 1 else 'are'} not an input of '{filename}' (inputs: "
+                   + ", ".join(vi.name for vi in graph_inputs) + ")")
+
+    arg_types: list[TensorType] = []
+    dynamic: list[str] = []
+    for vi in graph_inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise _err(f"input '{vi.name}' of '{filename}' is not a tensor (sequences and maps are unsupported)")
+        try:
+            dtype = onnx_element_type(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+        except ConversionError as e:
+            raise _err(f"'{filename}': {e}") from None
+        dims = _dims(vi)
+        if vi.name in input_shapes:
+            given = list(input_shapes[vi.name])
+            if len(given) != len(dims) or any(d is not None and d != g for d, g in zip(dims, given, strict=True)):
+                raise _err(f"--input-shape {vi.name}={'x'.join(map(str, given))} does not fit the model's "
+                           f"input {vi.name}: {_dim_text(vi)}")
+            dims = [int(g) for g in given]
+        if any(d is None for d in dims):
+            dynamic.append(f"{vi.name}: {_dim_text(vi)}")
+        arg_types.append(TensorType(tuple(dims), dtype))
+    if dynamic:
+        raise _err(f"'{filename}' has inputs with dynamic dims; fix them with --input-shape NAME=DxDx...",
+                   dynamic)
+
+    func = Func.new("main", arg_types, [vi.name for vi in graph_inputs], [])
+    func.arg_attrs = [{"name": vi.name} if sanitize(vi.name) != vi.name else {} for vi in graph_inputs]
+    module.funcs.append(func)
+    b = Builder(module, func.block, opset)
+    env: dict[str, Tensor] = {}
+    for vi, v in zip(graph_inputs, func.args, strict=True):
+        env[vi.name] = Tensor(v.type, value=v, name=vi.name)
+    for init in graph.initializer:
+        try:
+            env[init.name] = initializer_tensor(b, init)
+        except ConversionError as e:
+            raise _err(f"'{filename}': {e}") from None
+
+    for i, node in enumerate(graph.node):
+        convert_node(b, node, i, env, filename)
+
+    results = []
+    for vi in graph.output:
+        t = env.get(vi.name)
+        if t is None:
+            raise _err(f"'{filename}': graph output '{vi.name}' is produced by no node")
+        results.append(b.value(t))
+    func.block.append(Op("return", results))
+    func.result_types = [v.type for v in results]
+    func.result_attrs = [{"name": vi.name} for vi in graph.output]
+    return module
+
+
+def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Tensor], filename: str) -> None:
+    name = node.name or f"{node.op_type}_{index}"
+    b.loc = (f"onnx:{name}",)
+    b.node_name = sanitize(name)
+    conv = get_converter(node.op_type)
+    assert conv is not None
+
+    def fail(message: str) -> DiagnosticError:
+        shapes = ", ".join(f"{n}: {env[n].type}" if n in env else f"{n}: absent" for n in node.input if n)
+        return _err(f"'{filename}': ONNX node '{name}' ({node.op_type}): {message}",
+                    [f"operands: {shapes}"] if shapes else [])
+
+    inputs: list[Tensor | None] = []
+    for n in node.input:
+        if not n:
+            inputs.append(None)
+        elif n in env:
+            inputs.append(env[n])
+        else:
+            raise fail(f"input '{n}' is not produced by any earlier node, initializer or graph input "
+                       "(or its producer's converter does not support that output)")
+    attrs = attribute_values(node)
+    extra = sorted(set(attrs) - conv.attributes) if not conv.takes_any_attribute else []
+    if extra:
+        raise fail(f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not supported")
+    try:
+        with np.errstate(all="ignore"):
+            out = conv.fn(b, *inputs, **attrs)
+    except ConversionError as e:
+        raise fail(str(e)) from None
+    except OpError as e:
+        raise fail(str(e)) from None
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    for n, t in zip(node.output, outs, strict=False):
+        if n and t is not None:  # an output a converter leaves as None (a Dropout mask) must go unused
+            if not t.is_const and t.value is not None and t.value.name is None:
+                t.value.name = n
+            env[n] = t

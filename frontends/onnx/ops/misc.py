@@ -1,0 +1,1 @@
+"""ONNX converters (being written)."""
