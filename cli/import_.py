@@ -28,7 +28,9 @@ def parse_input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
     return shapes
 
 
-@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.argument("input", required=False, default="-", metavar="[MODEL.onnx]")
 @click.option("-o", "--output", metavar="FILE", help="Write the IR here (atomically) instead of stdout.")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",

@@ -154,7 +154,9 @@ def import_model(data: bytes, filename: str = "<stdin>",
     dynamic: list[str] = []
     for vi in graph_inputs:
         if not vi.type.HasField("tensor_type"):
-            raise _err(f"input '{vi.name}' of '{filename}' is not a tensor (sequences and maps are unsupported)")
+            raise _err(
+                f"input '{vi.name}' of '{filename}' is not a tensor (sequences and maps are unsupported)"
+            )
         try:
             dtype = onnx_element_type(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
         except ConversionError as e:
@@ -162,7 +164,9 @@ def import_model(data: bytes, filename: str = "<stdin>",
         dims = _dims(vi)
         if vi.name in input_shapes:
             given = list(input_shapes[vi.name])
-            if len(given) != len(dims) or any(d is not None and d != g for d, g in zip(dims, given, strict=True)):
+            if len(given) != len(dims) or any(
+                d is not None and d != g for d, g in zip(dims, given, strict=True)
+            ):
                 raise _err(f"--input-shape {vi.name}={'x'.join(map(str, given))} does not fit the model's "
                            f"input {vi.name}: {_dim_text(vi)}")
             dims = [int(g) for g in given]

@@ -25,6 +25,8 @@ def onnx_element_type(elem: int, what: str) -> str:
     """The tessel element type of an ONNX TensorProto data type; ConversionError when there is none."""
     t = ONNX_TO_ELEMENT.get(elem)
     if t is None:
-        raise ConversionError(f"{what} has element type {onnx_type_name(elem)}, which tessel cannot represent "
-                              f"(supported: {', '.join(onnx_type_name(k) for k in ONNX_TO_ELEMENT)})")
+        raise ConversionError(
+            f"{what} has element type {onnx_type_name(elem)}, which tessel cannot represent "
+            f"(supported: {', '.join(onnx_type_name(k) for k in ONNX_TO_ELEMENT)})"
+        )
     return t

@@ -11,7 +11,7 @@ from types import ModuleType
 import click
 import pytest
 from tessel.cli import main as tessel_main
-from tessel.cli import opt, run
+from tessel.cli import import_, opt, run
 from tessel.passes.manager import BUILTIN_PASSES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -53,8 +53,9 @@ def _long_options(command: click.Command) -> list[str]:
     return sorted(set(names))
 
 
-@pytest.mark.parametrize("page,command", [("tessel-opt.md", opt.main), ("tessel-run.md", run.main)],
-                         ids=["tessel-opt", "tessel-run"])
+@pytest.mark.parametrize("page,command", [("tessel-opt.md", opt.main), ("tessel-run.md", run.main),
+                                          ("tessel-import.md", import_.main)],
+                         ids=["tessel-opt", "tessel-run", "tessel-import"])
 def test_every_long_option_is_documented(page: str, command: click.Command) -> None:
     text = (DOCS / "tools" / page).read_text(encoding="utf-8")
     options = _long_options(command)
