@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench conformance clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,13 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy ir passes
+
+# ONNX node conformance on TARGET: prints per-op counts, rewrites tests/conformance/passing_$(TARGET).txt
+# and docs/op-support.md. JOBS worker processes; K='conv,pool' runs a subset (and updates only its entries).
+TARGET ?= numpy
+JOBS   ?= 2
+conformance: setup
+	$(BIN)/python tests/conformance/conformance.py --update --target=$(TARGET) --jobs=$(JOBS) $(if $(K),-k '$(K)')
 
 bench: setup
 	$(BIN)/python bench/resources_bench.py

@@ -87,6 +87,9 @@ def atomic_output(path: str | None, mode: str = "w") -> Iterator[IO[Any]]:
     except OSError as e:
         raise fail(f"cannot write '{path}': {e.strerror}") from None
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result gets a normal file's permissions
         with os.fdopen(fd, mode) as f:
             yield f
         os.replace(tmp, path)

@@ -90,8 +90,14 @@ class Builder:
         self.opset = opset
         self.loc: tuple[str, ...] = ()
         self.node_name = ""
+        self.outputs: tuple[str, ...] = ()  # the current node's output names, "" for an omitted optional one
         self._materialized: dict[int, Value] = {}
         self._keep: list[Tensor] = []  # keeps materialized tensors alive so their ids stay unique
+
+    @property
+    def n_outputs(self) -> int:
+        """The current node's output count (Split without sizes divides by it)."""
+        return len(self.outputs) or 1
 
     # constants -------------------------------------------------------------------------------------
     def const(self, array: Any, dtype: str | None = None, name: str | None = None) -> Tensor:

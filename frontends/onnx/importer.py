@@ -27,6 +27,8 @@ from .registry import get_converter
 from .types import onnx_element_type
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+TRAINING_DOMAIN = "ai.onnx.preview.training"  # Momentum, Adagrad, Adam: pure math, converted like the rest
+CONVERTIBLE_DOMAINS = DEFAULT_DOMAINS + (TRAINING_DOMAIN,)
 
 
 def _err(message: str, notes: Sequence[str] = ()) -> DiagnosticError:
@@ -52,8 +54,9 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     except FileNotFoundError as e:
         raise _err(f"'{filename}': external data file '{os.path.basename(str(e.filename))}' is missing "
                    f"(looked in {base})") from None
-    except (OSError, ValueError) as e:
-        raise _err(f"'{filename}': cannot load external data: {e}") from None
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
+        first = str(e).strip().split("\n")[0]
+        raise _err(f"'{filename}': cannot load external data: {first}") from None
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -75,7 +78,7 @@ def check_supported(model: onnx.ModelProto, filename: str) -> None:
     missing: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for i, node in enumerate(model.graph.node):
         name = node.name or f"{node.op_type}_{i}"
-        if node.domain not in DEFAULT_DOMAINS:
+        if node.domain not in CONVERTIBLE_DOMAINS:
             missing[(node.domain, node.op_type)].append(name)
             continue
         conv = get_converter(node.op_type)
@@ -167,8 +170,8 @@ def import_model(data: bytes, filename: str = "<stdin>",
             if len(given) != len(dims) or any(
                 d is not None and d != g for d, g in zip(dims, given, strict=True)
             ):
-                raise _err(f"--input-shape {vi.name}={'x'.join(map(str, given))} does not fit the model's "
-                           f"input {vi.name}: {_dim_text(vi)}")
+                raise _err(f"'{filename}': --input-shape {vi.name}={'x'.join(map(str, given))} does not fit "
+                           f"the model's input {vi.name}: {_dim_text(vi)}")
             dims = [int(g) for g in given]
         if any(d is None for d in dims):
             dynamic.append(f"{vi.name}: {_dim_text(vi)}")
@@ -209,6 +212,7 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
     name = node.name or f"{node.op_type}_{index}"
     b.loc = (f"onnx:{name}",)
     b.node_name = sanitize(name)
+    b.outputs = tuple(node.output)
     conv = get_converter(node.op_type)
     assert conv is not None
 

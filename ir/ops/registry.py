@@ -136,7 +136,8 @@ class OpDef:
 
 
 REGISTRY: dict[str, OpDef] = {}
-FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape")
+FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape",
+            "tensor_extra", "misc")
 _loaded = False
 
 

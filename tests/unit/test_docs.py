@@ -10,8 +10,8 @@ from types import ModuleType
 
 import click
 import pytest
-from tessel.cli import main as tessel_main
 from tessel.cli import import_, opt, run
+from tessel.cli import main as tessel_main
 from tessel.passes.manager import BUILTIN_PASSES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..builder import Builder, ConversionError, Tensor
+from ..builder import Builder, Tensor
 from ..registry import converter
 from ..types import onnx_element_type
 
@@ -36,10 +36,23 @@ def _unary(onnx_op: str, tessel_op: str) -> None:
     converter(onnx_op)(convert)
 
 
+def legacy_broadcast(b: Builder, a: Tensor, c: Tensor, broadcast: int, axis: int | None) -> Tensor:
+    """Before opset 7, binary ops broadcast `c` only with broadcast=1, aligned at `axis` (default: the
+    trailing dims): reshape it so numpy-style broadcasting means the same."""
+    if not broadcast or axis is None:
+        return c
+    axis = axis % a.rank if a.rank else 0
+    return b.reshape(c, list(c.shape) + [1] * (a.rank - axis - c.rank))
+
+
 def _binary(onnx_op: str, tessel_op: str) -> None:
-    def convert(b: Builder, a: Tensor, c: Tensor) -> Tensor:
+    def convert(b: Builder, a: Tensor, c: Tensor, *, broadcast: int = 0, axis: int | None = None,
+                consumed_inputs: list[int] | None = None) -> Tensor:
         if onnx_op == "Pow" and c.dtype != a.dtype:  # ONNX Pow allows another exponent type
             c = b.cast(c, a.dtype)
+        if onnx_op == "PRelu" and b.opset < 7 and c.rank == 1 and a.rank > 2 and c.shape[0] == a.shape[1]:
+            c = b.reshape(c, [c.shape[0]] + [1] * (a.rank - 2))  # old PRelu: a per-channel slope
+        c = legacy_broadcast(b, a, c, broadcast, axis)
         return b.op(tessel_op, [a, c])
 
     convert.__name__ = onnx_op
@@ -82,9 +95,7 @@ def Gelu(b: Builder, x: Tensor, *, approximate: str = "none") -> Tensor:
 def Mod(b: Builder, a: Tensor, c: Tensor, *, fmod: int = 0) -> Tensor:
     if fmod:
         return b.op("mod", [a, c])
-    if a.type.is_float:
-        raise ConversionError("Mod with fmod=0 is defined for integers only")
-    # Python-style modulo (the sign of the divisor): a - b * floor(a / b), from truncating mod
+    # Python-style modulo (the sign of the divisor), from the truncating one: add b where the signs differ
     r = b.op("mod", [a, c])
     zero = b.const(np.zeros((), a.type.np_dtype))
     fix = b.op("and", [b.op("not", [b.op("equal", [r, zero])]),
