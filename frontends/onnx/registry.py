@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-FAMILIES = ("elementwise", "nn", "tensor", "misc")
+FAMILIES = ("elementwise", "nn", "norm", "resize", "linalg", "tensor", "reduce", "misc")
 
 
 @dataclass(frozen=True)

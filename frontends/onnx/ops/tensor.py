@@ -1,5 +1,5 @@
 """Converters for ONNX's tensor ops: constants and shapes, reshaping, slicing, gathering and scattering,
-padding, reductions.
+padding (reductions are in reduce.py).
 
 Shapes are static at import, so Shape and Size are constants, and every parameter ONNX passes as an input
 (Reshape's shape, Slice's starts, Pad's pads, a reduction's axes, ...) must fold to a constant too: the
@@ -454,51 +454,3 @@ def ReverseSequence(b: Builder, x: Tensor, sequence_lens: Tensor, *, batch_axis:
     idx = b.op("where", [b.op("less", [t, lens]), flipped, t])
     idx = b.op("expand", [idx], {"shape": list(x.shape)})
     return b.op("gather_elements", [x, idx], {"axis": time_axis})
-
-
-# reductions -------------------------------------------------------------------------------------------
-@converter("ArgMax")
-def ArgMax(b: Builder, x: Tensor, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
-    return b.op("argmax", [x], {"axis": axis, "keepdims": bool(keepdims),
-                                "select_last_index": bool(select_last_index)})
-
-
-@converter("ArgMin")
-def ArgMin(b: Builder, x: Tensor, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
-    return b.op("argmin", [x], {"axis": axis, "keepdims": bool(keepdims),
-                                "select_last_index": bool(select_last_index)})
-
-
-REDUCTIONS = {  # ONNX op -> (tessel op, first opset with axes as an input)
-    "ReduceSum": ("reduce_sum", 13), "ReduceMean": ("reduce_mean", 18), "ReduceMax": ("reduce_max", 18),
-    "ReduceMin": ("reduce_min", 18), "ReduceProd": ("reduce_prod", 18), "ReduceL1": ("reduce_l1", 18),
-    "ReduceL2": ("reduce_l2", 18), "ReduceLogSum": ("reduce_sum", 18),
-    "ReduceLogSumExp": ("reduce_log_sum_exp", 18), "ReduceSumSquare": ("reduce_sum_square", 18),
-}
-
-
-def _reduction(onnx_op: str, tessel_op: str, axes_since: int) -> None:
-    def convert(b: Builder, data: Tensor, axes_input: Tensor | None = None, *, axes: list[int] | None = None,
-                keepdims: int = 1, noop_with_empty_axes: int = 0) -> Tensor:
-        given = _axes_from(b, axes, axes_input, axes_since) or []
-        if not given and noop_with_empty_axes:
-            return data
-        attrs = {"axes": given, "keepdims": bool(keepdims)}
-        x = data
-        if data.dtype == "i1" and onnx_op in ("ReduceMax", "ReduceMin"):  # opset 20 bools: max = any
-            x = b.cast(data, "ui8")
-        elif not data.type.is_float and onnx_op == "ReduceMean":  # integer mean: sum, then divide
-            total = b.op("reduce_sum", [data], attrs)
-            count = math.prod(data.shape) // max(math.prod(total.shape), 1)
-            return b.op("div", [total, b.const(np.array(count, data.type.np_dtype))])
-        y = b.op(tessel_op, [x], attrs)
-        if onnx_op == "ReduceLogSum":
-            y = b.op("log", [y])
-        return b.cast(y, data.dtype)
-
-    convert.__name__ = onnx_op
-    converter(onnx_op)(convert)
-
-
-for _o, (_t, _since) in REDUCTIONS.items():
-    _reduction(_o, _t, _since)
