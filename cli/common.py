@@ -114,6 +114,14 @@ def split_chunks(text: str) -> list[tuple[str, int]]:
     return chunks
 
 
+def weights_options(f: Callable) -> Callable:
+    """--elide-resources and --external-weights: how a tool that prints IR writes its weights."""
+    f = click.option("--external-weights", metavar="FILE",
+                     help="Write weights to FILE and reference them from the IR by offset and hash.")(f)
+    return click.option("--elide-resources", is_flag=True,
+                        help="Print weights without their payload (for reading).")(f)
+
+
 def debug_option(f: Callable) -> Callable:
     return click.option("--debug", is_flag=True, help="Show Python tracebacks for every error.")(f)
 

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .common import debug_option, fail, handle_errors, read_input
+from .common import debug_option, fail, handle_errors, read_input, weights_options
 
 EPILOG = """\b
 Examples:
@@ -35,9 +35,7 @@ def parse_input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
 @click.option("-o", "--output", metavar="FILE", help="Write the IR here (atomically) instead of stdout.")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
               help="Fix the dims of a dynamic input (repeatable), e.g. input=1x3x224x224.")
-@click.option("--elide-resources", is_flag=True, help="Print weights without their payload (for reading).")
-@click.option("--external-weights", metavar="FILE",
-              help="Write the weights to FILE and reference them from the IR by offset and hash.")
+@weights_options
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, input_shape: tuple[str, ...], elide_resources: bool,

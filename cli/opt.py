@@ -25,6 +25,7 @@ from .common import (
     print_diagnostics,
     read_input,
     split_chunks,
+    weights_options,
 )
 
 _REPRO = re.compile(r"^// tessel-reproducer: --pass-pipeline='([^']*)'", re.M)
@@ -84,9 +85,7 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 )
 @click.option("--verify-diagnostics", is_flag=True,
               help="Check diagnostics against '// expected-error {{...}}' comments instead of printing them.")
-@click.option("--elide-resources", is_flag=True, help="Print resources without their payload (for reading).")
-@click.option("--external-weights", metavar="FILE",
-              help="Write resource payloads to FILE and reference them from the output by offset and hash.")
+@weights_options
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: str | None,

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
-from tessel.ir.ops.registry import get_op
+from tessel.ir.ops.registry import Cost, get_op
 from tessel.ir.types import TensorType
 
 _ORT_OPTIONS = ort.SessionOptions()
@@ -91,10 +91,19 @@ def check_op(op_type: str, op_name: str, inputs: list[np.ndarray | None], *,
             np.testing.assert_array_equal(g, e)
 
 
+def op_cost(name: str, types: list[TensorType], attrs: dict[str, Any]) -> Cost:
+    """The registry's cost of `name` on operands of `types` (result types inferred)."""
+    opdef = get_op(name)
+    assert opdef is not None, f"no op '{name}'"
+    sig = opdef.sig(types, attrs)
+    sig.results = opdef.infer(sig)
+    return opdef.cost(sig)
+
+
 def rand(
     *shape: int, seed: int = 0, dtype: Any = np.float32, low: float = -2.0, high: float = 2.0
 ) -> np.ndarray:
     return np.random.default_rng(seed + 7 * len(shape) + sum(shape)).uniform(low, high, shape).astype(dtype)
 
 
-__all__ = ["check_op", "run_ort", "run_tessel", "rand", "onnx"]
+__all__ = ["check_op", "op_cost", "run_ort", "run_tessel", "rand", "onnx"]

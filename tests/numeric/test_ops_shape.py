@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tessel.ir.ops.registry import Cost, OpError, get_op
+from tessel.ir.ops.registry import OpError, get_op
 from tessel.ir.types import TensorType
 
-from tests.numeric.ort_util import check_op, rand, run_tessel
+from tests.numeric.ort_util import check_op, op_cost, rand, run_tessel
 
 I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
@@ -245,23 +245,18 @@ def test_space_to_depth_inverts_depth_to_space(mode):
 
 
 # cost ----------------------------------------------------------------------------------------------------
-def _cost(name: str, types: list[TensorType], attrs: dict) -> Cost:
-    opdef = get_op(name)
-    sig = opdef.sig(types, attrs)
-    sig.results = opdef.infer(sig)
-    return opdef.cost(sig)
 
 
 def test_costs():
     t = TensorType((2, 3, 4), "f32")
-    assert _cost("reshape", [t], {"shape": [6, 4]}).bytes == 0
-    c = _cost("transpose", [t], {"perm": [2, 1, 0]})
+    assert op_cost("reshape", [t], {"shape": [6, 4]}).bytes == 0
+    c = op_cost("transpose", [t], {"perm": [2, 1, 0]})
     assert (c.flops, c.bytes_read, c.bytes_written) == (0, 96, 96)
-    c = _cost("slice", [t], {"starts": [1], "ends": [2]})
+    c = op_cost("slice", [t], {"starts": [1], "ends": [2]})
     assert (c.bytes_read, c.bytes_written) == (48, 48)
-    c = _cost("gather", [t, TensorType((5,), "i32")], {"axis": 1})
+    c = op_cost("gather", [t, TensorType((5,), "i32")], {"axis": 1})
     assert (c.bytes_read, c.bytes_written) == (2 * 5 * 4 * 4 + 20, 160)
-    c = _cost("pad", [t], {"pads": [-1, 0, 0, 0, 0, 1]})
+    c = op_cost("pad", [t], {"pads": [-1, 0, 0, 0, 0, 1]})
     assert (c.bytes_read, c.bytes_written) == (48, 60)
 
 

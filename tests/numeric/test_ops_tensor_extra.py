@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tessel.ir.ops.registry import Cost, OpError, get_op
+from tessel.ir.ops.registry import OpError, get_op
 from tessel.ir.types import TensorType
 
-from tests.numeric.ort_util import check_op, rand, run_tessel
+from tests.numeric.ort_util import check_op, op_cost, rand, run_tessel
 
 
 def data(shape: tuple[int, ...], dtype: str = "float32", seed: int = 0) -> np.ndarray:
@@ -111,22 +111,17 @@ def test_scatter_out_of_range_index():
 
 
 # cost ----------------------------------------------------------------------------------------------------
-def _cost(name: str, types: list[TensorType], attrs: dict) -> Cost:
-    opdef = get_op(name)
-    sig = opdef.sig(types, attrs)
-    sig.results = opdef.infer(sig)
-    return opdef.cost(sig)
 
 
 def test_costs():
     t = TensorType((2, 3, 4), "f32")
-    c = _cost("cumsum", [t], {"axis": 1})
+    c = op_cost("cumsum", [t], {"axis": 1})
     assert (c.flops, c.bytes_read, c.bytes_written) == (24, 96, 96)
-    c = _cost("top_k", [t], {"k": 2})
+    c = op_cost("top_k", [t], {"k": 2})
     assert (c.bytes_read, c.bytes_written) == (96, 2 * 3 * 2 * 4 + 2 * 3 * 2 * 8)
     i, u = TensorType((1, 3, 4), "i64"), TensorType((1, 3, 4), "f32")
-    assert _cost("scatter_elements", [t, i, u], {}).flops == 0
-    c = _cost("scatter_elements", [t, i, u], {"reduction": "add"})
+    assert op_cost("scatter_elements", [t, i, u], {}).flops == 0
+    c = op_cost("scatter_elements", [t, i, u], {"reduction": "add"})
     assert (c.flops, c.bytes_read, c.bytes_written) == (12, 96 + 96 + 48, 96)
 
 
