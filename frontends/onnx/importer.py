@@ -9,6 +9,7 @@ ops/. Every op gets `loc("onnx:<node name>")`; func arguments and results keep t
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -230,7 +231,8 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
         else:
             raise fail(f"input '{n}' is not produced by any earlier node, initializer or graph input "
                        "(or its producer's converter does not support that output)")
-    attrs = attribute_values(node)
+    attrs = {k: Subgraph(v, env, filename) if isinstance(v, onnx.GraphProto) else v
+             for k, v in attribute_values(node).items()}
     extra = sorted(set(attrs) - conv.attributes) if not conv.takes_any_attribute else []
     if extra:
         raise fail(f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} not supported")
@@ -246,4 +248,43 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
         if n and t is not None:  # an output a converter leaves as None (a Dropout mask) must go unused
             if not t.is_const and t.value is not None and t.value.name is None:
                 t.value.name = n
+            elif t.is_const and t.name is None:  # a folded constant (a ConstantOfShape weight) keeps its name
+                t.name = n
             env[n] = t
+
+
+@dataclasses.dataclass(frozen=True)
+class Subgraph:
+    """A graph attribute (If's branches, Loop's and Scan's body) as its converter receives it: the graph
+    and the values of the scope it is nested in, which its nodes may name."""
+
+    graph: onnx.GraphProto
+    scope: Mapping[str, Tensor]
+    filename: str
+
+    def convert(self, b: Builder, inputs: Sequence[Tensor]) -> list[Tensor]:
+        """Convert the graph's nodes into `b`'s block with its inputs bound to `inputs`: the body inlined
+        once. Returns its outputs. Raises ConversionError for a node without a converter."""
+        g = self.graph
+        if len(inputs) != len(g.input):
+            raise ConversionError(f"subgraph '{g.name}' takes {len(g.input)} inputs, {len(inputs)} given")
+        env = dict(self.scope)
+        env.update((vi.name, t) for vi, t in zip(g.input, inputs, strict=True))
+        for init in g.initializer:
+            env[init.name] = initializer_tensor(b, init)
+        for node in g.node:
+            conv = get_converter(node.op_type) if node.domain in CONVERTIBLE_DOMAINS else None
+            if conv is None or b.opset < conv.since:
+                where = f"domain '{node.domain}'" if node.domain not in DEFAULT_DOMAINS else f"opset {b.opset}"
+                raise ConversionError(f"subgraph '{g.name}' uses {node.op_type} ({where}), which is not "
+                                      "supported (no converter)")
+        saved = b.loc, b.node_name, b.outputs
+        try:
+            for i, node in enumerate(g.node):
+                convert_node(b, node, i, env, self.filename)
+        finally:
+            b.loc, b.node_name, b.outputs = saved
+        missing = [vi.name for vi in g.output if vi.name not in env]
+        if missing:
+            raise ConversionError(f"subgraph '{g.name}' output '{missing[0]}' is produced by no node")
+        return [env[vi.name] for vi in g.output]
