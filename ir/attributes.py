@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .types import TensorType
+from .types import FLOAT_TYPES, TensorType
 
 Attr = Union[int, float, bool, str, list, dict, TensorType, "DenseAttr", "ResourceAttr"]
 
@@ -34,9 +34,11 @@ def format_float(x: float) -> str:
 
 
 def format_element(x: Any, dtype: str) -> str:
+    """One dense element: f16 and f32 in the shortest form of their own precision; bf16, float8 and
+    float4 through f32 (exact, as every value they hold is an f32); integers as integers."""
     if dtype == "i1":
         return "true" if bool(x) else "false"
-    if dtype in ("f32", "f16", "bf16"):
+    if dtype in FLOAT_TYPES and dtype != "f64":
         v = np.float16(x) if dtype == "f16" else np.float32(x)
         if np.isnan(v):
             return "nan"

@@ -22,7 +22,7 @@ from .core import Block, Func, Loc, Module, Op, Region, SourcePos, Value
 from .diagnostics import SOURCES, Diagnostic, DiagnosticError
 from .ops.registry import get_op
 from .resources import ResourceError, ResourceTable, decode_entry
-from .types import ELEMENT_TYPES, TensorType
+from .types import ELEMENT_TYPES, NARROW_FLOAT_TYPES, SUB_BYTE_BITS, TensorType, float_max, int_range, widen
 
 T = TypeVar("T")
 _NOT_SCALAR = object()
@@ -34,7 +34,7 @@ _OPNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _FLOAT = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)")
 _INT = re.compile(r"-?\d+")
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
-_TENSOR = re.compile(r"tensor<((?:(?:\d+|\?)x)*)([a-z0-9]+)>")
+_TENSOR = re.compile(r"tensor<((?:(?:\d+|\?)x)*)([A-Za-z0-9]+)>")
 _SECTION = re.compile(rb"(?m)^\{-#")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
@@ -45,8 +45,9 @@ def _unescape(s: str) -> str:
 
 def _check_dense_elements(body: Any, t: TensorType) -> None:
     """Each element of a dense literal must fit its element type: true/false (or 0/1) for i1, an integer
-    for the integer types, a finite number stays finite for the float types. Nothing is truncated or
-    overflowed to inf silently."""
+    in range for the integer types; for the float types, a finite number stays finite (and, for types
+    without infinities, is at most their largest value), and inf or nan only where the type has them.
+    Nothing is truncated, saturated or overflowed silently."""
     if isinstance(body, list):
         for x in body:
             _check_dense_elements(x, t)
@@ -55,17 +56,44 @@ def _check_dense_elements(body: Any, t: TensorType) -> None:
         ok = isinstance(body, bool) or (type(body) is int and body in (0, 1))
     elif t.is_float:
         ok = not isinstance(body, bool)
-        if ok and math.isfinite(body):
-            with np.errstate(over="ignore"):
-                if np.isinf(np.asarray(float(body)).astype(t.np_dtype)):
-                    raise ValueError(f"{format_attr(body)} is out of range for {t.dtype}")
+        if ok:
+            _check_float_element(float(body), t)
     else:
         ok = type(body) is int
-        info = np.iinfo(t.np_dtype)
-        if ok and not info.min <= body <= info.max:
+        lo, hi = int_range(t.dtype)
+        if ok and not lo <= body <= hi:
             raise ValueError(f"{body} is out of range for {t.dtype}")
     if not ok:
         raise ValueError(f"{format_attr(body)} is not a valid {t.dtype} element")
+
+
+def _check_float_element(x: float, t: TensorType) -> None:
+    with np.errstate(all="ignore"):
+        y = float(widen(np.asarray(x).astype(t.np_dtype)))
+    if math.isfinite(x):
+        too_big = t.dtype in NARROW_FLOAT_TYPES and not _has_inf(t) and abs(x) > float_max(t.dtype)
+        if not math.isfinite(y) or too_big:
+            raise ValueError(f"{format_attr(x)} is out of range for {t.dtype}")
+    elif math.isnan(x) != math.isnan(y) or math.isinf(x) != math.isinf(y):
+        raise ValueError(f"{format_attr(x)} is not a valid {t.dtype} element (it has no {format_attr(x)})")
+
+
+def _has_inf(t: TensorType) -> bool:
+    with np.errstate(all="ignore"):
+        return bool(np.isinf(widen(np.asarray(np.inf).astype(t.np_dtype))))
+
+
+def _check_hex_elements(arr: np.ndarray, t: TensorType) -> None:
+    """A sub-byte type's byte must hold its value in the low bits, the rest zero (as ml_dtypes stores it),
+    so that equal tensors have equal bytes."""
+    bits = SUB_BYTE_BITS.get(t.dtype)
+    if bits is not None:
+        raw = arr.reshape(-1).view(np.uint8)
+        bad = np.flatnonzero(raw >> bits)
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"byte 0x{int(raw[i]):02X} at element {i} is not a valid {t.dtype} element "
+                             f"(only the low {bits} bits may be set)")
 
 
 class Parser:
@@ -276,6 +304,7 @@ class Parser:
                 arr = (
                     np.frombuffer(raw, dtype=t.np_dtype.newbyteorder("<")).astype(t.np_dtype).reshape(t.dims)
                 )
+                _check_hex_elements(arr, t)
                 return DenseAttr(t, arr)
             _check_dense_elements(body, t)
             if isinstance(body, list):

@@ -7,29 +7,88 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# element type -> the numpy dtype's name; the types after f64 that numpy lacks come from ml_dtypes
+_NUMPY_NAMES = {
+    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64",
+    "f8E4M3FN": "float8_e4m3fn", "f8E4M3FNUZ": "float8_e4m3fnuz", "f8E5M2": "float8_e5m2",
+    "f8E5M2FNUZ": "float8_e5m2fnuz", "f8E8M0FNU": "float8_e8m0fnu", "f4E2M1FN": "float4_e2m1fn",
+    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i4": "int4", "i2": "int2",
+    "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8", "ui4": "uint4", "ui2": "uint2",
+    "i1": "bool",
+}
+_ML_DTYPES = frozenset({"bf16", "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN",
+                        "i4", "i2", "ui4", "ui2"})
+_BY_NUMPY_NAME = {v: k for k, v in _NUMPY_NAMES.items()}
+
+FLOAT_TYPES = frozenset({"f32", "f16", "bf16", "f64", "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ",
+                         "f8E8M0FNU", "f4E2M1FN"})
+INT_TYPES = frozenset({"i64", "i32", "i16", "i8", "i4", "i2", "ui64", "ui32", "ui16", "ui8", "ui4", "ui2"})
+UNSIGNED_TYPES = frozenset({"ui64", "ui32", "ui16", "ui8", "ui4", "ui2"})
+NATIVE_INT_TYPES = frozenset({"i64", "i32", "i16", "i8", "ui64", "ui32", "ui16", "ui8"})
+"""The integer types numpy computes in (no sub-byte ones): what the bitwise ops take."""
+NARROW_FLOAT_TYPES = frozenset(FLOAT_TYPES - {"f32", "f16", "f64"})
+"""Float types numpy has no math for (ml_dtypes' bf16, float8, float4): references compute in f32."""
+SUB_BYTE_BITS = {"i4": 4, "ui4": 4, "i2": 2, "ui2": 2, "f4E2M1FN": 4}
+"""Types narrower than a byte, and their width; in memory each element still takes one byte (low bits)."""
+
+NARROW_FLOAT_MAX = {"bf16": 3.3895313892515355e38, "f8E4M3FN": 448.0, "f8E4M3FNUZ": 240.0, "f8E5M2": 57344.0,
+                    "f8E5M2FNUZ": 57344.0, "f8E8M0FNU": 2.0**127, "f4E2M1FN": 6.0}
+"""The largest finite value of each ml_dtypes float type (known without importing ml_dtypes)."""
+
+_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i16": 2, "ui64": 8, "ui32": 4,
+             "ui16": 2}  # every other type: one byte per element
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer element type (i1 included)."""
+    if dtype == "i1":
+        return 0, 1
+    bits = SUB_BYTE_BITS.get(dtype) or 8 * _ITEMSIZE.get(dtype, 1)
+    if dtype in UNSIGNED_TYPES:
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def float_max(dtype: str) -> float:
+    """The largest finite value of a float element type."""
+    return NARROW_FLOAT_MAX.get(dtype) or float(np.finfo(_NUMPY_NAMES[dtype]).max)
+
+
+# what the references compute a narrow type in: numpy has little or no math for ml_dtypes' types
+_WIDE_NAMES = {"bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e4m3fnuz": np.float32,
+               "float8_e5m2": np.float32, "float8_e5m2fnuz": np.float32, "float8_e8m0fnu": np.float32,
+               "float4_e2m1fn": np.float32, "int4": np.int8, "int2": np.int8, "uint4": np.uint8,
+               "uint2": np.uint8}
+
+
+def widen(x: np.ndarray) -> np.ndarray:
+    """`x` as an array numpy computes with: ml_dtypes floats as f32, sub-byte integers as (u)int8
+    (exact in both cases); any other array unchanged."""
+    wide = _WIDE_NAMES.get(x.dtype.name)
+    return x if wide is None else x.astype(wide)
+
 
 class _ElementTypes(Mapping[str, np.dtype]):
-    """Element type name -> numpy dtype. bf16 comes from ml_dtypes (an onnx dependency), imported only
-    when first asked for: it costs most of a second, and most runs never see bf16."""
+    """Element type name -> numpy dtype. The types numpy lacks (bf16, the float8 and float4 variants,
+    the 4- and 2-bit integers) come from ml_dtypes (an onnx dependency), imported only when one is first
+    asked for: it costs most of a second, and most runs never see such a type."""
 
-    _names = ("f32", "f16", "bf16", "f64", "i64", "i32", "i8", "ui8", "i1")
+    _names = tuple(_NUMPY_NAMES)
 
     def __init__(self) -> None:
         self._dtypes: dict[str, np.dtype] = {
-            "f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "f64": np.dtype(np.float64),
-            "i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "i8": np.dtype(np.int8),
-            "ui8": np.dtype(np.uint8), "i1": np.dtype(np.bool_),
+            k: np.dtype(v) for k, v in _NUMPY_NAMES.items() if k not in _ML_DTYPES
         }
 
     def __getitem__(self, name: str) -> np.dtype:
-        if name == "bf16" and name not in self._dtypes:
+        if name in _ML_DTYPES and name not in self._dtypes:
             import ml_dtypes
 
-            self._dtypes["bf16"] = np.dtype(ml_dtypes.bfloat16)
+            self._dtypes[name] = np.dtype(getattr(ml_dtypes, _NUMPY_NAMES[name]))
         return self._dtypes[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._names
+        return name in _NUMPY_NAMES
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -39,17 +98,15 @@ class _ElementTypes(Mapping[str, np.dtype]):
 
 
 ELEMENT_TYPES = _ElementTypes()
-FLOAT_TYPES = frozenset({"f32", "f16", "bf16", "f64"})
-INT_TYPES = frozenset({"i64", "i32", "i8", "ui8"})
 
 
 def element_type_of(dtype: np.dtype) -> str:
     """The tessel element type name of a numpy dtype (raises ValueError when there is none)."""
     dtype = np.dtype(dtype)
-    for name in ELEMENT_TYPES:
-        if (name != "bf16" or dtype.name == "bfloat16") and ELEMENT_TYPES[name] == dtype:
-            return name
-    raise ValueError(f"numpy dtype {dtype} has no tessel element type")
+    name = _BY_NUMPY_NAME.get(dtype.name)
+    if name is None or ELEMENT_TYPES[name] != dtype:
+        raise ValueError(f"numpy dtype {dtype} has no tessel element type")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +150,9 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return 1 if self.dtype == "i1" else self.np_dtype.itemsize
+        """Bytes per element in memory: one for i1 and the sub-byte types (as numpy and ml_dtypes hold
+        them)."""
+        return _ITEMSIZE.get(self.dtype, 1)
 
     @property
     def nbytes(self) -> int:

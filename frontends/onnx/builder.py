@@ -127,7 +127,7 @@ class Builder:
         else:
             name = t.name or f"{self.node_name or 'const'}.{hashlib.sha256(arr.tobytes()).hexdigest()[:8]}"
             data = arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
-            name = self.module.resources.add(name, np.ascontiguousarray(data).data.cast("B"))
+            name = self.module.resources.add(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
             attr = ResourceAttr(name, t.type)
         op = Op("const", [], [t.type], {"value": attr}, loc=self.loc if not t.name else (t.name,),
                 result_names=[t.name])

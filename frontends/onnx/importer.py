@@ -275,13 +275,17 @@ class Subgraph:
         for node in g.node:
             conv = get_converter(node.op_type) if node.domain in CONVERTIBLE_DOMAINS else None
             if conv is None or b.opset < conv.since:
-                where = f"domain '{node.domain}'" if node.domain not in DEFAULT_DOMAINS else f"opset {b.opset}"
+                where = f"opset {b.opset}" if node.domain in DEFAULT_DOMAINS else f"domain '{node.domain}'"
                 raise ConversionError(f"subgraph '{g.name}' uses {node.op_type} ({where}), which is not "
                                       "supported (no converter)")
         saved = b.loc, b.node_name, b.outputs
         try:
             for i, node in enumerate(g.node):
                 convert_node(b, node, i, env, self.filename)
+        except DiagnosticError as e:
+            for d in e.diagnostics:
+                d.note(f"in subgraph '{g.name}' of {saved[0][0] if saved[0] else 'a node'}")
+            raise
         finally:
             b.loc, b.node_name, b.outputs = saved
         missing = [vi.name for vi in g.output if vi.name not in env]

@@ -6,10 +6,14 @@ import onnx
 
 from .builder import ConversionError
 
+_T = onnx.TensorProto
 ONNX_TO_ELEMENT: dict[int, str] = {
-    onnx.TensorProto.FLOAT: "f32", onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16",
-    onnx.TensorProto.DOUBLE: "f64", onnx.TensorProto.INT64: "i64", onnx.TensorProto.INT32: "i32",
-    onnx.TensorProto.INT8: "i8", onnx.TensorProto.UINT8: "ui8", onnx.TensorProto.BOOL: "i1",
+    _T.FLOAT: "f32", _T.FLOAT16: "f16", _T.BFLOAT16: "bf16", _T.DOUBLE: "f64",
+    _T.FLOAT8E4M3FN: "f8E4M3FN", _T.FLOAT8E4M3FNUZ: "f8E4M3FNUZ", _T.FLOAT8E5M2: "f8E5M2",
+    _T.FLOAT8E5M2FNUZ: "f8E5M2FNUZ", _T.FLOAT8E8M0: "f8E8M0FNU", _T.FLOAT4E2M1: "f4E2M1FN",
+    _T.INT64: "i64", _T.INT32: "i32", _T.INT16: "i16", _T.INT8: "i8", _T.INT4: "i4", _T.INT2: "i2",
+    _T.UINT64: "ui64", _T.UINT32: "ui32", _T.UINT16: "ui16", _T.UINT8: "ui8", _T.UINT4: "ui4",
+    _T.UINT2: "ui2", _T.BOOL: "i1",
 }
 ELEMENT_TO_ONNX = {v: k for k, v in ONNX_TO_ELEMENT.items()}
 

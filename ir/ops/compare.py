@@ -1,10 +1,11 @@
-"""Comparisons (results are i1), logical ops on i1, and `where`."""
+"""Comparisons (results are i1; bf16, float8 and float4 compare through f32), logical ops on i1, and
+`where`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType
+from ..types import TensorType, widen
 from .elementwise import BINARY_TRAITS, UNARY_TRAITS
 from .registry import OpDef, Sig, broadcast_shapes, check, elementwise_cost, register
 
@@ -16,7 +17,7 @@ def comparison(name: str, fn, doc: str, commutative: bool = False) -> OpDef:
         return [TensorType(broadcast_shapes(a.shape, b.shape), "i1")]
 
     traits = BINARY_TRAITS | ({"commutative"} if commutative else set())
-    return register(OpDef(name, ("lhs", "rhs"), infer=infer, reference=lambda s, a, b: fn(a, b),
+    return register(OpDef(name, ("lhs", "rhs"), infer=infer, reference=lambda s, a, b: fn(widen(a), widen(b)),
                           traits=frozenset(traits), cost=elementwise_cost(1), doc=doc))
 
 

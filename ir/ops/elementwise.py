@@ -1,7 +1,7 @@
 """Elementwise ops: unary math and activations, broadcasting binary arithmetic, cast.
 
 Each op is one `register(...)` entry made by a small factory; the numpy reference computes in the
-operand's dtype (bf16 through f32).
+operand's dtype (bf16, float8 and float4 through f32, the 4- and 2-bit integers through 8-bit ones).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..types import ELEMENT_TYPES, TensorType
+from ..types import ELEMENT_TYPES, TensorType, float_max, int_range, widen
 from .registry import (
     OpDef,
     Sig,
@@ -35,11 +35,12 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _in_float(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """Run `fn` on f32 copies of bf16 operands (numpy has no bf16 math) and cast back."""
+    """Run `fn` on widened copies of the operands numpy has no math for (bf16, float8 and float4 as f32,
+    sub-byte integers as 8-bit ones) and cast back."""
 
     def run(sig: Sig, *xs: np.ndarray) -> np.ndarray:
         out_t = sig.results[0] if sig.results else None
-        widened = [x.astype(np.float32) if x.dtype.name == "bfloat16" else x for x in xs]
+        widened = [widen(x) for x in xs]
         with np.errstate(all="ignore"):
             y = np.asarray(fn(sig, *widened))
         want = out_t.np_dtype if out_t is not None else xs[0].dtype
@@ -122,14 +123,14 @@ def _clip(s: Sig, x: np.ndarray) -> np.ndarray:
     """An infinite bound is an omitted one, which ONNX defines as the type's lowest/highest finite value:
     with max omitted, +inf clips to the largest float (as onnxruntime does), not to +inf."""
     lo, hi = s["min"], s["max"]
+    dtype = s.operands[0].dtype  # the operand type's limits: x itself may be a widened copy
     if np.issubdtype(x.dtype, np.integer):
-        info = np.iinfo(x.dtype)
-        lo = info.min if math.isinf(lo) else int(lo)
-        hi = info.max if math.isinf(hi) else int(hi)
-    else:  # the operand type's limits: x itself may be an f32 copy of a bf16 operand
-        finfo = np.finfo(s.operands[0].np_dtype)
-        lo = float(finfo.min) if lo == -math.inf else lo
-        hi = float(finfo.max) if hi == math.inf else hi
+        info_lo, info_hi = int_range(dtype)
+        lo = info_lo if math.isinf(lo) else int(lo)
+        hi = info_hi if math.isinf(hi) else int(hi)
+    else:
+        lo = -float_max(dtype) if lo == -math.inf else lo
+        hi = float_max(dtype) if hi == math.inf else hi
     return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
 
 
@@ -139,23 +140,58 @@ unary("clip", _clip, float_only=False, flops=2,
 
 
 # cast --------------------------------------------------------------------------------------------------
+SATURATING = frozenset({"f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ"})
+"""The float8 types `saturate` applies to (ONNX Cast-19): with it, out-of-range values and infinities clamp
+to the largest finite value; without it they become NaN (inf for f8E5M2, which has one)."""
+
+
 def _cast_infer(sig: Sig) -> list[TensorType]:
     to = sig["to"]
     check(to in ELEMENT_TYPES, f"'to' must be an element type ({', '.join(ELEMENT_TYPES)}), got '{to}'")
     return [sig.operands[0].with_dtype(to)]
 
 
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """Float to f8E8M0FNU (a bare exponent) as ONNX Cast-24 defines it: the f32 exponent, rounded by the
+    mantissa per `round_mode`; the sign is dropped, inf and NaN become NaN, and so does rounding past the
+    largest exponent unless `saturate`."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":  # guard bit, then round, sticky or (as onnx's reference) a nonzero exponent
+        up = ((bits & 0x400000) > 0) & (((bits & 0x200000) > 0) | ((bits & 0x1FFFFF) > 0) | (exponent > 0))
+    elif round_mode == "up":
+        up = (bits & 0x7FFFFF) > 0
+    else:
+        up = np.zeros(bits.shape, bool)
+    up &= ~special
+    if saturate:
+        up &= exponent != 0xFE
+    out = np.where(special, np.uint16(0xFF), exponent + up).astype(np.uint8)
+    return out.view(ELEMENT_TYPES["f8E8M0FNU"])
+
+
 def _cast_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
-    want = ELEMENT_TYPES[sig["to"]]
-    if x.dtype.name == "bfloat16" or want.name == "bfloat16":
-        x = x.astype(np.float32) if x.dtype.name == "bfloat16" else x
+    to = sig["to"]
+    want = ELEMENT_TYPES[to]
+    x = widen(x)  # exact; numpy has no conversions from most ml_dtypes types
     with np.errstate(all="ignore"):
+        if to == "f8E8M0FNU":
+            return _to_e8m0(x, sig["saturate"], sig["round_mode"])
+        if to in SATURATING and sig["saturate"]:
+            if x.dtype.kind != "f":
+                x = x.astype(np.float64)
+            x = np.clip(x, -float_max(to), float_max(to))
         return x.astype(want)
 
 
 register(OpDef("cast", ("x",), infer=_cast_infer, reference=_cast_ref,
-               attrs={"to": attr("str")}, traits=UNARY_TRAITS, cost=elementwise_cost(0),
-               doc="Converts the element type (float to int truncates toward zero)."))
+               attrs={"to": attr("str"), "saturate": attr("bool", True),
+                      "round_mode": attr("str", "up", allowed=("up", "down", "nearest"))},
+               traits=UNARY_TRAITS, cost=elementwise_cost(0),
+               doc="Converts the element type: float to int truncates toward zero; to float8, `saturate` "
+                   "clamps out-of-range values (infinities included) to the largest finite value; to "
+                   "f8E8M0FNU, `round_mode` rounds the exponent up, down or to nearest (ONNX Cast-24)."))
 
 
 # binary ------------------------------------------------------------------------------------------------

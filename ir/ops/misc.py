@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..types import INT_TYPES, TensorType
+from ..types import NATIVE_INT_TYPES, TensorType
 from .elementwise import BINARY_TRAITS, UNARY_TRAITS, unary
 from .nn import _widened
 from .registry import (
@@ -58,7 +58,8 @@ register(OpDef("is_nan", ("x",), infer=_is_nan_infer,
 
 # bitwise ------------------------------------------------------------------------------------------------
 def _int_operand(t: TensorType) -> None:
-    check(t.dtype in INT_TYPES, f"operand must be an integer tensor (i8, ui8, i32, i64), got {t}")
+    check(t.dtype in NATIVE_INT_TYPES,
+          f"operand must be an integer tensor of 8 bits or more (i8 to i64, ui8 to ui64), got {t}")
 
 
 def _bitwise_infer(sig: Sig) -> list[TensorType]:

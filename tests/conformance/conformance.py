@@ -163,7 +163,7 @@ def compare(expected: Sequence[Any], got: Sequence[Any], rtol: float, atol: floa
             continue
         if g.dtype != e.dtype:
             return f"output {i}: dtype {g.dtype}, expected {e.dtype}"
-        if e.dtype.kind in "fc" or e.dtype.name == "bfloat16":
+        if e.dtype.kind in "fc" or e.dtype.name.startswith(("bfloat", "float")):  # ml_dtypes floats too
             ef, gf = e.astype(np.float64), g.astype(np.float64)
             tol = max(rtol, 2**-6) if e.dtype.name == "bfloat16" else rtol  # two bfloat16 ulps, as onnx
             close = np.isclose(gf, ef, rtol=tol, atol=atol, equal_nan=True)

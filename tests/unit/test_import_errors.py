@@ -55,9 +55,9 @@ def refused(tmp_path: Path, name: str, *extra: str) -> str:
     ("not-onnx", ["not", "ONNX model"]),
     ("checker", ["fails onnx.checker", "missing_weight"]),
     ("external-missing", ["external-missing.onnx.data"]),
-    ("uint16-input", ["input 'u'", "UINT16", "cannot represent"]),
+    ("complex-input", ["input 'u'", "COMPLEX64", "cannot represent"]),
     ("string-input", ["input 's'", "STRING", "cannot represent"]),
-    ("uint16-cast", ["ONNX node 'to_u16' (Cast)", "UINT16", "cannot represent"]),
+    ("string-cast", ["ONNX node 'to_str' (Cast)", "STRING", "cannot represent"]),
 ])
 def test_bad_model_is_refused_with_a_clear_message(tmp_path: Path, name: str, phrases: list[str]) -> None:
     err = refused(tmp_path, name)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ....ir.ops.elementwise import SATURATING
 from ..builder import Builder, Tensor
 from ..registry import converter
 from ..types import onnx_element_type
@@ -113,14 +114,27 @@ def Clip(b: Builder, x: Tensor, lo: Tensor | None = None, hi: Tensor | None = No
                               "max": math.inf if max is None else float(max)})
 
 
+def _cast(b: Builder, x: Tensor, to: str, saturate: int, round_mode: str) -> Tensor:
+    """`cast`, with saturate (Cast-19: float8 and f8E8M0FNU targets) and round_mode (Cast-24: f8E8M0FNU)
+    only where they apply and differ from the defaults."""
+    if x.dtype == to:
+        return x
+    attrs: dict[str, object] = {"to": to}
+    if not saturate and (to in SATURATING or to == "f8E8M0FNU"):
+        attrs["saturate"] = False
+    if round_mode != "up" and to == "f8E8M0FNU":
+        attrs["round_mode"] = round_mode
+    return b.op("cast", [x], attrs)
+
+
 @converter("Cast")
 def Cast(b: Builder, x: Tensor, *, to: int, saturate: int = 1, round_mode: str = "up") -> Tensor:
-    return b.cast(x, onnx_element_type(to, "Cast's 'to'"))
+    return _cast(b, x, onnx_element_type(to, "Cast's 'to'"), saturate, round_mode)
 
 
 @converter("CastLike")
 def CastLike(b: Builder, x: Tensor, like: Tensor, *, saturate: int = 1, round_mode: str = "up") -> Tensor:
-    return b.cast(x, like.dtype)
+    return _cast(b, x, like.dtype, saturate, round_mode)
 
 
 def _variadic(tessel_op: str):

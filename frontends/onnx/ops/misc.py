@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ....ir.types import TensorType
+from ....ir.types import TensorType, int_range
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from ..types import onnx_element_type
@@ -370,7 +370,10 @@ def SoftmaxCrossEntropyLoss(b: Builder, scores: Tensor, labels: Tensor, weights:
 
 
 # quantization ----------------------------------------------------------------------------------------
-QUANT_RANGES = {"ui8": (0, 255), "i8": (-128, 127)}
+QUANT_RANGES = {t: int_range(t) for t in ("ui8", "i8", "ui16", "i16", "ui4", "i4", "ui2", "i2")}
+QUANT_FLOATS = frozenset({"f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f4E2M1FN"})
+"""Float types QuantizeLinear rounds to by a cast (saturating for float8 unless saturate=0); their zero
+point must be 0, and only f4E2M1FN adds it, as onnx's reference does."""
 
 
 def _quant_param(b: Builder, p: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
@@ -389,6 +392,14 @@ def _quant_param(b: Builder, p: Tensor, x: Tensor, axis: int, block_size: int) -
     return b.op("gather", [p, b.const(np.arange(x.shape[axis]) // block_size)], {"axis": axis})
 
 
+def _zero_float_zero_point(zero_point: Tensor | None, dtype: str) -> None:
+    """A float zero point must be 0, as ONNX says (and onnx's reference checks for float8); checked where
+    it is a constant."""
+    if zero_point is not None and zero_point.is_const and \
+            np.any(zero_point.const().astype(np.float32) != 0):
+        raise ConversionError(f"a {dtype} zero point must be 0")
+
+
 @converter("QuantizeLinear", since=10)
 def QuantizeLinear(b: Builder, x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = None, *,
                    axis: int = 1, block_size: int = 0, output_dtype: int = 0, precision: int = 0,
@@ -397,14 +408,21 @@ def QuantizeLinear(b: Builder, x: Tensor, y_scale: Tensor, y_zero_point: Tensor 
         out = y_zero_point.dtype
     else:
         out = onnx_element_type(output_dtype, "output_dtype") if output_dtype else "ui8"
-    if out not in QUANT_RANGES:
-        raise ConversionError(f"quantizing to {out} is unsupported (int8 and uint8 are)")
+    if out not in QUANT_RANGES and out not in QUANT_FLOATS:
+        raise ConversionError(f"quantizing to {out} is unsupported (8-, 16-, 4- and 2-bit integers, float8 "
+                              f"and float4 are)")
     scale = _quant_param(b, y_scale, x, axis, block_size)
     work = onnx_element_type(precision, "precision") if precision else x.dtype
     if not precision and scale.dtype != x.dtype:
         work = "f32"
-    q = b.op("round", [b.op("div", [b.cast(x, work), b.cast(scale, work)])])
-    q = b.cast(q, "i32")
+    q = b.op("div", [b.cast(x, work), b.cast(scale, work)])
+    if out in QUANT_FLOATS:
+        if out != "f4E2M1FN":
+            _zero_float_zero_point(y_zero_point, out)
+        elif y_zero_point is not None:  # onnx's reference adds a float4 zero point
+            q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), work)])
+        return b.op("cast", [q], {"to": out} if saturate else {"to": out, "saturate": False})
+    q = b.cast(b.op("round", [q]), "i32")
     if y_zero_point is not None:
         q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), "i32")])
     lo, hi = QUANT_RANGES[out]
@@ -414,10 +432,13 @@ def QuantizeLinear(b: Builder, x: Tensor, y_scale: Tensor, y_zero_point: Tensor 
 @converter("DequantizeLinear", since=10)
 def DequantizeLinear(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tensor | None = None, *,
                      axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> Tensor:
-    if x.dtype not in ("i8", "ui8", "i32"):
-        raise ConversionError(f"dequantizing {x.dtype} is unsupported (int8, uint8 and int32 are)")
+    if x.dtype not in QUANT_RANGES and x.dtype not in QUANT_FLOATS and x.dtype != "i32":
+        raise ConversionError(f"dequantizing {x.dtype} is unsupported (8-, 16-, 32-, 4- and 2-bit integers, "
+                              f"float8 and float4 are)")
     y = b.cast(x, "f32")
-    if x_zero_point is not None:
+    if x.dtype in QUANT_FLOATS:
+        _zero_float_zero_point(x_zero_point, x.dtype)
+    elif x_zero_point is not None:
         y = b.op("sub", [y, b.cast(_quant_param(b, x_zero_point, x, axis, block_size), "f32")])
     y = b.op("mul", [y, b.cast(_quant_param(b, x_scale, x, axis, block_size), "f32")])
     return b.cast(y, onnx_element_type(output_dtype, "output_dtype") if output_dtype else x_scale.dtype)

@@ -75,9 +75,9 @@ def write_unsupported(path: str) -> None:
     onnx.save(_model(nodes, [_t("x")], [_t("y")], opset=18, domains=("com.example",)), path)
 
 
-def write_uint16_input(path: str) -> None:
-    onnx.save(_model([helper.make_node("Identity", ["u"], ["y"], name="id0")], [_t("u", TensorProto.UINT16)],
-                     [_t("y", TensorProto.UINT16)]), path)
+def write_complex_input(path: str) -> None:
+    onnx.save(_model([helper.make_node("Identity", ["u"], ["y"], name="id0")],
+                     [_t("u", TensorProto.COMPLEX64)], [_t("y", TensorProto.COMPLEX64)]), path)
 
 
 def write_string_input(path: str) -> None:
@@ -85,9 +85,9 @@ def write_string_input(path: str) -> None:
                      [_t("s", TensorProto.STRING, [2])], [_t("y", TensorProto.STRING, [2])]), path)
 
 
-def write_uint16_cast(path: str) -> None:
+def write_string_cast(path: str) -> None:
     """A node whose result type tessel cannot represent: the error names the node."""
-    nodes = [helper.make_node("Cast", ["x"], ["c"], name="to_u16", to=TensorProto.UINT16),
+    nodes = [helper.make_node("Cast", ["x"], ["c"], name="to_str", to=TensorProto.STRING),
              helper.make_node("Cast", ["c"], ["y"], name="back", to=TensorProto.FLOAT)]
     onnx.save(_model(nodes, [_t("x")], [_t("y")]), path)
 
@@ -107,9 +107,9 @@ MODELS: dict[str, Callable[[str], None]] = {
     "checker": write_checker,
     "external-missing": write_external_missing,
     "unsupported": write_unsupported,
-    "uint16-input": write_uint16_input,
+    "complex-input": write_complex_input,
     "string-input": write_string_input,
-    "uint16-cast": write_uint16_cast,
+    "string-cast": write_string_cast,
     "dynamic": write_dynamic,
 }
 

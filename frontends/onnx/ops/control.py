@@ -1,0 +1,188 @@
+"""Converters for ONNX's control flow: If, Loop and Scan, resolved at import.
+
+tessel's graphs have no regions for control flow, so these inline their subgraphs (`Subgraph.convert`:
+the body's nodes converted into the current block, seeing the values of the enclosing scopes):
+- If takes the branch its condition picks, which must be a constant (as the shape tests exporters write
+  are, once shapes are static);
+- Loop unrolls its body while the trip count and the condition are constants, carrying the loop state
+  and concatenating the scan outputs;
+- Scan unrolls its body over the static scan length, slicing the scan inputs and stacking the scan
+  outputs along their axes and directions.
+Sequence-typed values (SequenceConstruct and friends, optional types) are not supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..builder import Builder, ConversionError, Tensor
+from ..importer import Subgraph
+from ..registry import converter
+from .common import _slice
+
+MAX_ITERATIONS = 4096
+"""Most iterations a Loop or Scan is unrolled to; a longer one is refused rather than bloating the graph."""
+
+
+def _flag(t: Tensor, what: str) -> bool:
+    a = np.asarray(t.const(what))
+    if a.size != 1:
+        raise ConversionError(f"{what} must hold one value, got {t.type}")
+    return bool(a.reshape(-1)[0])
+
+
+def _take(b: Builder, x: Tensor, axis: int, i: int) -> Tensor:
+    """x[..., i, ...] along `axis`, the axis dropped."""
+    return b.reshape(_slice(b, x, axis, i, i + 1), [d for k, d in enumerate(x.shape) if k != axis])
+
+
+def _stack(b: Builder, xs: Sequence[Tensor], axis: int) -> Tensor:
+    """xs stacked along a new `axis` (ONNX's negative axes count from the end of the stacked rank)."""
+    rank = xs[0].rank + 1
+    if not -rank <= axis < rank:
+        raise ConversionError(f"scan output axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    parts = [b.reshape(x, [*x.shape[:axis], 1, *x.shape[axis:]]) for x in xs]
+    if any(p.type != parts[0].type for p in parts):
+        raise ConversionError("the body gives scan outputs of different types on different iterations: "
+                              + ", ".join(sorted({str(p.type) for p in parts})))
+    return parts[0] if len(parts) == 1 else b.op("concat", parts, {"axis": axis})
+
+
+@converter("If")
+def If(b: Builder, cond: Tensor, *, then_branch: Subgraph, else_branch: Subgraph) -> list[Tensor]:
+    """The branch the condition picks, inlined; the condition must be a constant at import."""
+    return (then_branch if _flag(cond, "If's condition") else else_branch).convert(b, [])
+
+
+@converter("Loop")
+def Loop(b: Builder, M: Tensor | None = None, cond: Tensor | None = None, *v_initial: Tensor,
+         body: Subgraph) -> list[Tensor]:
+    """The body unrolled: body(i, cond, v...) -> (cond, v..., scan outputs...) while i < M and cond. M,
+    the condition and every condition the body returns must be constants at import."""
+    trips = M.ints("Loop's trip count M")[0] if M is not None else None
+    go = _flag(cond, "Loop's condition") if cond is not None else True
+    n_state = len(v_initial)
+    n_scan = len(body.graph.output) - 1 - n_state
+    if n_scan < 0:
+        raise ConversionError(f"the body has {len(body.graph.output)} outputs, fewer than the condition and "
+                              f"{n_state} loop-carried values")
+    if trips is None and cond is None:
+        raise ConversionError("a Loop with neither a trip count nor a condition never ends")
+    state = list(v_initial)
+    scans: list[list[Tensor]] = [[] for _ in range(n_scan)]
+    i = 0
+    while go and (trips is None or i < trips):
+        if i >= MAX_ITERATIONS:
+            raise ConversionError(f"tessel only unrolls loops of up to {MAX_ITERATIONS} iterations")
+        outs = body.convert(b, [b.const(np.array(i, np.int64)), b.const(np.array(True)), *state])
+        go = _flag(outs[0], "the condition Loop's body returns")
+        state = outs[1:1 + n_state]
+        for k, t in enumerate(outs[1 + n_state:]):
+            scans[k].append(t)
+        i += 1
+    if n_scan and i == 0:
+        raise ConversionError("a Loop that runs no iteration has scan outputs of unknown shape; "
+                              "tessel cannot represent them")
+    return state + [_stack(b, s, 0) for s in scans]
+
+
+def _scan(b: Builder, body: Subgraph, states: list[Tensor], xs: list[Tensor], in_axes: Sequence[int],
+          in_reverse: Sequence[bool], out_axes: Sequence[int], out_reverse: Sequence[bool]) -> list[Tensor]:
+    """Unroll body over the scan inputs: the final states, then the stacked scan outputs."""
+    if not xs:
+        raise ConversionError("Scan needs at least one scan input")
+    lengths = set()
+    axes = []
+    for x, a in zip(xs, in_axes, strict=True):
+        if not -x.rank <= a < x.rank:
+            raise ConversionError(f"scan input axis {a} is out of range for {x.type}")
+        axes.append(a % x.rank)
+        lengths.add(x.shape[a % x.rank])
+    if len(lengths) != 1:
+        raise ConversionError(f"the scan inputs have different lengths {sorted(lengths)} along their axes")
+    steps = lengths.pop()
+    if steps == 0:
+        raise ConversionError("a Scan over no element has scan outputs of unknown shape; tessel cannot "
+                              "represent them")
+    if steps > MAX_ITERATIONS:
+        raise ConversionError(f"tessel only unrolls scans of up to {MAX_ITERATIONS} steps, got {steps}")
+    n_scan = len(body.graph.output) - len(states)
+    scans: list[list[Tensor]] = [[] for _ in range(n_scan)]
+    for t in range(steps):
+        slices = [_take(b, x, a, steps - 1 - t if rev else t) for x, a, rev in zip(xs, axes, in_reverse,
+                                                                                    strict=True)]
+        outs = body.convert(b, [*states, *slices])
+        states = outs[:len(states)]
+        for k, y in enumerate(outs[len(states):]):
+            scans[k].append(y)
+    stacked = [_stack(b, s[::-1] if rev else s, a) for s, a, rev in zip(scans, out_axes, out_reverse,
+                                                                      strict=True)]
+    return states + stacked
+
+
+def _ints(values: Sequence[int] | None, n: int, default: int, what: str) -> list[int]:
+    if values is None:
+        return [default] * n
+    if len(values) != n:
+        raise ConversionError(f"{what} has {len(values)} values, expected {n}")
+    return [int(v) for v in values]
+
+
+@converter("Scan", since=8)
+def Scan(b: Builder, *inputs: Tensor | None, body: Subgraph, num_scan_inputs: int,
+         directions: list[int] | None = None, scan_input_axes: list[int] | None = None,
+         scan_input_directions: list[int] | None = None, scan_output_axes: list[int] | None = None,
+         scan_output_directions: list[int] | None = None) -> list[Tensor]:
+    """The body unrolled over the scan length. Opset 9 on: inputs are the initial states then the scan
+    inputs, with per-input axes and directions. Opset 8: a first input sequence_lens (absent, or the full
+    length) and a batch axis 0 on every input and output, scanned along axis 1, with `directions`."""
+    n_out = len(body.graph.output)
+    if b.opset < 9:
+        return _scan8(b, body, inputs[0] if inputs else None, list(inputs[1:]), num_scan_inputs, directions)
+    if any(t is None for t in inputs):
+        raise ConversionError("Scan's inputs cannot be omitted")
+    tensors = [t for t in inputs if t is not None]
+    n_state = len(tensors) - num_scan_inputs
+    if n_state < 0 or n_out < n_state:
+        raise ConversionError(f"Scan has {len(tensors)} inputs for {num_scan_inputs} scan inputs and a body "
+                              f"of {n_out} outputs")
+    n_scan_out = n_out - n_state
+    in_axes = _ints(scan_input_axes, num_scan_inputs, 0, "scan_input_axes")
+    in_rev = [bool(v) for v in _ints(scan_input_directions, num_scan_inputs, 0, "scan_input_directions")]
+    out_axes = _ints(scan_output_axes, n_scan_out, 0, "scan_output_axes")
+    out_rev = [bool(v) for v in _ints(scan_output_directions, n_scan_out, 0, "scan_output_directions")]
+    return _scan(b, body, tensors[:n_state], tensors[n_state:], in_axes, in_rev, out_axes, out_rev)
+
+
+def _scan8(b: Builder, body: Subgraph, lens: Tensor | None, inputs: list[Tensor | None], num_scan_inputs: int,
+           directions: list[int] | None) -> list[Tensor]:
+    """Opset 8's batched Scan: one unrolled scan per batch element, the results stacked on axis 0."""
+    if any(t is None for t in inputs):
+        raise ConversionError("Scan's inputs cannot be omitted")
+    tensors = [t for t in inputs if t is not None]
+    n_state = len(tensors) - num_scan_inputs
+    if n_state < 0 or num_scan_inputs < 1 or any(t.rank < 1 for t in tensors) \
+            or any(t.rank < 2 for t in tensors[n_state:]):
+        raise ConversionError("opset 8 Scan needs batched states (rank >= 1) and at least one batched scan "
+                              "input (rank >= 2)")
+    batch = tensors[0].shape[0]
+    if batch == 0:
+        raise ConversionError("a Scan over an empty batch has outputs of unknown shape; tessel cannot "
+                              "represent them")
+    steps = tensors[n_state].shape[1]
+    if lens is not None:
+        n = np.asarray(lens.const("Scan's sequence_lens")).reshape(-1)
+        if n.size != batch or (n != steps).any():
+            raise ConversionError(f"Scan with sequence_lens {n.tolist()} shorter than the sequence ({steps}) "
+                                  "is not supported")
+    in_rev = [bool(v) for v in _ints(directions, num_scan_inputs, 0, "directions")]
+    n_scan_out = len(body.graph.output) - n_state
+    results: list[list[Tensor]] = []
+    for i in range(batch):
+        per = [_take(b, t, 0, i) for t in tensors]
+        results.append(_scan(b, body, per[:n_state], per[n_state:], [0] * num_scan_inputs, in_rev,
+                             [0] * n_scan_out, [False] * n_scan_out))
+    return [_stack(b, [r[k] for r in results], 0) for k in range(len(results[0]))]
