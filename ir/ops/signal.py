@@ -11,40 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import ELEMENT_TYPES, SUB_BYTE_BITS, TensorType
-from .registry import Cost, OpDef, Sig, attr, check, check_element_kind, io_bytes, norm_axis, register
+from .registry import Cost, OpDef, Sig, attr, check, io_bytes, register
 
 PURE = frozenset({"pure"})
-
-
-# cumprod -------------------------------------------------------------------------------------------------
-def _cumprod_infer(sig: Sig) -> list[TensorType]:
-    x = sig.operands[0]
-    check_element_kind(x, float_only=False)
-    check(x.rank >= 1, f"operand must have rank >= 1, got {x}")
-    norm_axis(sig["axis"], x.rank)
-    return [x]
-
-
-def _cumprod_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
-    axis = norm_axis(sig["axis"], x.ndim)
-    want = x.dtype
-    y = x.astype(np.float32) if x.dtype.name == "bfloat16" else x
-    if sig["reverse"]:
-        y = np.flip(y, axis)
-    if sig["exclusive"] and y.shape[axis]:  # element i multiplies the ones before it: shift in a 1
-        head = np.ones_like(np.take(y, [0], axis=axis))
-        y = np.concatenate([head, np.take(y, np.arange(y.shape[axis] - 1), axis=axis)], axis=axis)
-    y = np.cumprod(y, axis=axis, dtype=y.dtype)
-    if sig["reverse"]:
-        y = np.flip(y, axis)
-    return np.ascontiguousarray(y).astype(want, copy=False)
-
-
-register(OpDef("cumprod", ("x",), infer=_cumprod_infer, reference=_cumprod_ref,
-               attrs={"axis": attr("int"), "exclusive": attr("bool", False), "reverse": attr("bool", False)},
-               traits=PURE, cost=lambda sig: Cost(sig.operands[0].numel, *io_bytes(sig)),
-               doc="ONNX CumProd: running product along `axis`; `exclusive` leaves out the element itself "
-                   "(the first product is 1), `reverse` multiplies from the end."))
 
 
 # bitcast -------------------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ def _widened(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
 
 
-# cumsum --------------------------------------------------------------------------------------------------
-def _cumsum_infer(sig: Sig) -> list[TensorType]:
+# cumsum, cumprod ----------------------------------------------------------------------------------------
+def _scan_infer(sig: Sig) -> list[TensorType]:
     x = sig.operands[0]
     check_element_kind(x, float_only=False)
     check(x.rank >= 1, f"operand must have rank >= 1, got {x}")
@@ -42,29 +42,37 @@ def _cumsum_infer(sig: Sig) -> list[TensorType]:
     return [x]
 
 
-def _cumsum_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
-    axis = norm_axis(sig["axis"], x.ndim)
-    want = x.dtype
-    y = _widened(x)
-    if sig["reverse"]:
-        y = np.flip(y, axis)
-    y = np.cumsum(y, axis=axis, dtype=y.dtype)
-    if sig["exclusive"]:  # shift by one along the axis: element i sums the elements before it
-        shifted = np.zeros_like(y)
-        dst, src = [slice(None)] * y.ndim, [slice(None)] * y.ndim
-        dst[axis], src[axis] = slice(1, None), slice(None, -1)
-        shifted[tuple(dst)] = y[tuple(src)]
-        y = shifted
-    if sig["reverse"]:
-        y = np.flip(y, axis)
-    return np.ascontiguousarray(y).astype(want, copy=False)
+def running(name: str, ufunc: np.ufunc, identity: int, doc: str) -> OpDef:
+    """A running reduction along `axis` (ONNX CumSum/CumProd): `exclusive` shifts in the identity so
+    element i combines only the ones before it; `reverse` runs from the end."""
+
+    def reference(sig: Sig, x: np.ndarray) -> np.ndarray:
+        axis = norm_axis(sig["axis"], x.ndim)
+        want = x.dtype
+        y = _widened(x)
+        if sig["reverse"]:
+            y = np.flip(y, axis)
+        y = ufunc.accumulate(y, axis=axis, dtype=y.dtype) if y.size else y
+        if sig["exclusive"]:
+            shifted = np.full_like(y, identity)
+            dst, src = [slice(None)] * y.ndim, [slice(None)] * y.ndim
+            dst[axis], src[axis] = slice(1, None), slice(None, -1)
+            shifted[tuple(dst)] = y[tuple(src)]
+            y = shifted
+        if sig["reverse"]:
+            y = np.flip(y, axis)
+        return np.ascontiguousarray(y).astype(want, copy=False)
+
+    return register(OpDef(name, ("x",), infer=_scan_infer, reference=reference,
+                          attrs={"axis": attr("int"), "exclusive": attr("bool", False),
+                                 "reverse": attr("bool", False)},
+                          traits=PURE, cost=lambda sig: Cost(sig.operands[0].numel, *io_bytes(sig)), doc=doc))
 
 
-register(OpDef("cumsum", ("x",), infer=_cumsum_infer, reference=_cumsum_ref,
-               attrs={"axis": attr("int"), "exclusive": attr("bool", False), "reverse": attr("bool", False)},
-               traits=PURE, cost=lambda sig: Cost(sig.operands[0].numel, *io_bytes(sig)),
-               doc="ONNX CumSum: running sum along `axis`; `exclusive` leaves out the element itself, "
-                   "`reverse` sums from the end."))
+running("cumsum", np.add, 0, "ONNX CumSum: running sum along `axis`; `exclusive` leaves out the element "
+        "itself, `reverse` sums from the end.")
+running("cumprod", np.multiply, 1, "ONNX CumProd: running product along `axis`; `exclusive` leaves out the "
+        "element itself (the first product is 1), `reverse` multiplies from the end.")
 
 
 # top_k ---------------------------------------------------------------------------------------------------

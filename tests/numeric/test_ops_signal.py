@@ -24,34 +24,6 @@ def data(shape: tuple[int, ...], dtype: str = "float32", seed: int = 0) -> np.nd
     return np.random.default_rng(seed).integers(-4, 5, shape).astype(dt)
 
 
-# cumprod -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,axis,dtype", [
-    ((5,), 0, "float32"),
-    ((2, 3, 4), 1, "float32"),
-    ((2, 3, 4), -1, "float64"),
-    ((3, 4), 0, "int32"),
-    ((3, 4), 1, "int64"),
-    ((0, 3), 0, "float32"),
-])
-@pytest.mark.parametrize("exclusive", [0, 1])
-@pytest.mark.parametrize("reverse", [0, 1])
-def test_cumprod(shape, axis, dtype, exclusive, reverse):
-    x = data(shape, dtype)
-    check_op("CumProd", "cumprod", [x, np.array(axis, np.int64)],
-             onnx_attrs={"exclusive": exclusive, "reverse": reverse},
-             attrs={"axis": axis, "exclusive": bool(exclusive), "reverse": bool(reverse)},
-             tessel_inputs=[x], opset=26, rtol=1e-5, atol=1e-5)
-
-
-def test_cumprod_keeps_signs_and_zeros():
-    """What exp(cumsum(log(x))) gets wrong: negative factors and a zero that stays zero after it."""
-    x = np.array([-2.0, 3.0, 0.0, -1.0, 5.0], np.float32)
-    (y,) = run_tessel("cumprod", [x], {"axis": 0})
-    np.testing.assert_array_equal(y, [-2.0, -6.0, 0.0, 0.0, 0.0])
-    (y,) = run_tessel("cumprod", [x], {"axis": 0, "exclusive": True, "reverse": True})
-    np.testing.assert_array_equal(y, [0.0, 0.0, -5.0, 5.0, 1.0])
-
-
 # bitcast -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("src,to,onnx_to", [
     ("float32", "i32", 6), ("int32", "f32", 1), ("float64", "i64", 7), ("int64", "f64", 11),

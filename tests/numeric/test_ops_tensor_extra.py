@@ -22,7 +22,7 @@ def data(shape: tuple[int, ...], dtype: str = "float32", seed: int = 0) -> np.nd
     return np.random.default_rng(seed).integers(-50, 50, shape).astype(dt)
 
 
-# cumsum --------------------------------------------------------------------------------------------------
+# cumsum, cumprod ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape,axis,dtype", [
     ((5,), 0, "float32"),
     ((2, 3, 4), 1, "float32"),
@@ -33,12 +33,21 @@ def data(shape: tuple[int, ...], dtype: str = "float32", seed: int = 0) -> np.nd
 ])
 @pytest.mark.parametrize("exclusive", [0, 1])
 @pytest.mark.parametrize("reverse", [0, 1])
-def test_cumsum(shape, axis, dtype, exclusive, reverse):
-    x = data(shape, dtype)
-    check_op("CumSum", "cumsum", [x, np.array(axis, np.int64)],
+@pytest.mark.parametrize("onnx_op,op,opset", [("CumSum", "cumsum", 18), ("CumProd", "cumprod", 26)])
+def test_running(shape, axis, dtype, exclusive, reverse, onnx_op, op, opset):
+    x = data(shape, dtype) if op == "cumsum" else small(shape, dtype)
+    check_op(onnx_op, op, [x, np.array(axis, np.int64)],
              onnx_attrs={"exclusive": exclusive, "reverse": reverse},
              attrs={"axis": axis, "exclusive": bool(exclusive), "reverse": bool(reverse)}, tessel_inputs=[x],
-             rtol=1e-5, atol=1e-5)
+             opset=opset, rtol=1e-5, atol=1e-5)
+
+
+def small(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Values whose running products stay small (and include zeros and negatives)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rand(*shape, seed=3, dtype=dt)
+    return np.random.default_rng(3).integers(-4, 5, shape).astype(dt)
 
 
 # top_k ---------------------------------------------------------------------------------------------------
