@@ -16,8 +16,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-FAMILIES = ("elementwise", "nn", "norm", "resize", "linalg", "tensor", "reduce", "misc",
-            "recurrent", "control", "signal", "detection")
+FAMILIES = ("elementwise", "nn", "norm", "resize", "linalg", "tensor", "reduce", "misc", "attention",
+            "quantize", "recurrent", "control", "signal", "detection")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""Converters for QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear (per-tensor, per-axis
+and blocked; integer, float8 and float4 targets)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir.types import int_range
+from ..builder import Builder, ConversionError, Tensor
+from ..registry import converter
+from ..types import onnx_element_type
+from .misc import _float_only, _scalar
+
+# quantization ----------------------------------------------------------------------------------------
+QUANT_RANGES = {t: int_range(t) for t in ("ui8", "i8", "ui16", "i16", "ui4", "i4", "ui2", "i2")}
+QUANT_FLOATS = frozenset({"f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f4E2M1FN"})
+"""Float types QuantizeLinear rounds to by a cast (saturating for float8 unless saturate=0); their zero
+point must be 0, and only f4E2M1FN adds it, as onnx's reference does."""
+
+
+def _quant_param(b: Builder, p: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
+    """A scale or zero point made to broadcast against x: per tensor, per axis, or repeated per block."""
+    if p.rank == 0 or p.type.numel == 1:
+        return b.reshape(p, [])
+    axis = axis % x.rank
+    if not block_size:
+        if p.rank != 1 or p.shape[0] != x.shape[axis]:
+            raise ConversionError(f"a per-axis scale / zero point must be [{x.shape[axis]}], got {p.type}")
+        return b.reshape(p, [x.shape[axis] if i == axis else 1 for i in range(x.rank)])
+    if p.rank != x.rank or any(p.shape[i] != x.shape[i] for i in range(x.rank) if i != axis) or \
+            p.shape[axis] != -(-x.shape[axis] // block_size):
+        raise ConversionError(f"blocked scale / zero point {p.type} does not fit input {x.type} with "
+                              f"block_size {block_size} on axis {axis}")
+    return b.op("gather", [p, b.const(np.arange(x.shape[axis]) // block_size)], {"axis": axis})
+
+
+def _zero_float_zero_point(zero_point: Tensor | None, dtype: str) -> None:
+    """A float zero point must be 0, as ONNX says (and onnx's reference checks for float8); checked where
+    it is a constant."""
+    if zero_point is not None and zero_point.is_const and \
+            np.any(zero_point.const().astype(np.float32) != 0):
+        raise ConversionError(f"a {dtype} zero point must be 0")
+
+
+@converter("QuantizeLinear", since=10)
+def QuantizeLinear(b: Builder, x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = None, *,
+                   axis: int = 1, block_size: int = 0, output_dtype: int = 0, precision: int = 0,
+                   saturate: int = 1) -> Tensor:
+    if y_zero_point is not None:
+        out = y_zero_point.dtype
+    else:
+        out = onnx_element_type(output_dtype, "output_dtype") if output_dtype else "ui8"
+    if out not in QUANT_RANGES and out not in QUANT_FLOATS:
+        raise ConversionError(f"quantizing to {out} is unsupported (8-, 16-, 4- and 2-bit integers, float8 "
+                              f"and float4 are)")
+    scale = _quant_param(b, y_scale, x, axis, block_size)
+    work = onnx_element_type(precision, "precision") if precision else x.dtype
+    if not precision and scale.dtype != x.dtype:
+        work = "f32"
+    q = b.op("div", [b.cast(x, work), b.cast(scale, work)])
+    if out in QUANT_FLOATS:
+        if out != "f4E2M1FN":
+            _zero_float_zero_point(y_zero_point, out)
+        elif y_zero_point is not None:  # onnx's reference adds a float4 zero point
+            q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), work)])
+        return b.op("cast", [q], {"to": out} if saturate else {"to": out, "saturate": False})
+    q = b.cast(b.op("round", [q]), "i32")
+    if y_zero_point is not None:
+        q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), "i32")])
+    lo, hi = QUANT_RANGES[out]
+    return b.cast(b.op("clip", [q], {"min": float(lo), "max": float(hi)}), out)
+
+
+@converter("DequantizeLinear", since=10)
+def DequantizeLinear(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tensor | None = None, *,
+                     axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> Tensor:
+    if x.dtype not in QUANT_RANGES and x.dtype not in QUANT_FLOATS and x.dtype != "i32":
+        raise ConversionError(f"dequantizing {x.dtype} is unsupported (8-, 16-, 32-, 4- and 2-bit integers, "
+                              f"float8 and float4 are)")
+    y = b.cast(x, "f32")
+    if x.dtype in QUANT_FLOATS:
+        _zero_float_zero_point(x_zero_point, x.dtype)
+    elif x_zero_point is not None:
+        y = b.op("sub", [y, b.cast(_quant_param(b, x_zero_point, x, axis, block_size), "f32")])
+    y = b.op("mul", [y, b.cast(_quant_param(b, x_scale, x, axis, block_size), "f32")])
+    return b.cast(y, onnx_element_type(output_dtype, "output_dtype") if output_dtype else x_scale.dtype)
+
+
+@converter("DynamicQuantizeLinear", since=11)
+def DynamicQuantizeLinear(b: Builder, x: Tensor) -> list[Tensor]:
+    _float_only(x, "DynamicQuantizeLinear's input")
+    x = b.cast(x, "f32")
+    zero = _scalar(b, 0, "f32")
+    hi = b.op("max", [b.op("reduce_max", [x], {"keepdims": False}), zero])
+    lo = b.op("min", [b.op("reduce_min", [x], {"keepdims": False}), zero])
+    span = b.op("where", [b.op("equal", [hi, lo]), _scalar(b, 1.0, "f32"), b.op("sub", [hi, lo])])
+    scale = b.op("div", [span, _scalar(b, 255.0, "f32")])
+    zp = b.op("round", [b.op("clip", [b.op("neg", [b.op("div", [lo, scale])])], {"min": 0.0, "max": 255.0})])
+    y = b.op("add", [b.op("round", [b.op("div", [x, scale])]), zp])
+    y = b.cast(b.op("clip", [y], {"min": 0.0, "max": 255.0}), "ui8")
+    return [y, scale, b.cast(zp, "ui8")]
