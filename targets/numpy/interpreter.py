@@ -43,6 +43,8 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
             continue
         a = np.asarray(inputs[name])
         t: TensorType = v.type
+        if a.dtype.kind == "V" and a.dtype.itemsize == t.np_dtype.itemsize and t.np_dtype.kind == "V":
+            a = a.view(t.np_dtype)  # .npz keeps ml_dtypes arrays (bf16, float8, int4) as raw bytes
         if a.dtype != t.np_dtype:
             problems.append(f"input '{name}' has dtype {a.dtype}, expected {t.np_dtype} ({t})")
         elif len(a.shape) != t.rank or any(
@@ -58,11 +60,13 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
         for p in problems[1:]:
             d.note(p)
         raise DiagnosticError(d)
-    return [np.asarray(inputs[n]) for n in names]
+    return [np.asarray(inputs[n]).view(v.type.np_dtype) if np.asarray(inputs[n]).dtype.kind == "V"
+            else np.asarray(inputs[n]) for n, v in zip(names, func.args, strict=True)]
 
 
 def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs: floats uniform in [-1, 1), ints in [0, 4), booleans half true."""
+    """Seeded inputs: floats uniform in [-1, 1) (f8E8M0FNU: powers of two), ints in [0, 4), booleans half
+    true."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, v in zip(input_names(func), func.args, strict=True):
@@ -71,7 +75,9 @@ def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
             raise DiagnosticError(
                 Diagnostic("error", f"input '{name}' has a dynamic shape {t}: give --inputs")
             )
-        if t.is_float:
+        if t.dtype == "f8E8M0FNU":  # exponent-only: positive powers of two, no zero or negatives
+            out[name] = np.exp2(rng.integers(-4, 5, t.shape)).astype(np.float32).astype(t.np_dtype)
+        elif t.is_float:
             out[name] = rng.uniform(-1, 1, t.shape).astype(t.np_dtype)
         elif t.dtype == "i1":
             out[name] = rng.random(t.shape) < 0.5

@@ -62,3 +62,27 @@ def test_random_inputs_are_seeded(module) -> None:
     a, b = random_inputs(f, seed=5), random_inputs(f, seed=5)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(random_inputs(f, seed=6)["x"], a["x"])
+
+
+def test_random_inputs_of_an_exponent_only_type_are_finite() -> None:
+    m = parse_module("func @f(%x: tensor<8xf8E8M0FNU>) -> tensor<8xf8E8M0FNU> {\n"
+                     "  return %x : tensor<8xf8E8M0FNU>\n}\n", "<test>")
+    x = random_inputs(m.funcs[0], seed=1)["x"].astype(np.float32)
+    assert np.isfinite(x).all() and (x > 0).all()
+
+
+def test_npz_raw_bytes_of_ml_dtypes_are_read_as_their_type() -> None:
+    """np.savez stores bf16/float8/int4 arrays as raw bytes ('V2'); the inputs check views them back."""
+    import io
+
+    import ml_dtypes
+
+    text = "func @f(%x: tensor<3xbf16>) -> tensor<3xbf16> {\n  return %x : tensor<3xbf16>\n}\n"
+    m = parse_module(text, "<t>")
+    buf = io.BytesIO()
+    np.savez(buf, x=np.array([1.0, -2.0, 0.5], ml_dtypes.bfloat16))
+    buf.seek(0)
+    raw = dict(np.load(buf))
+    assert raw["x"].dtype.kind == "V"
+    (x,) = check_inputs(m.funcs[0], raw)
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16) and x.astype(np.float32).tolist() == [1.0, -2.0, 0.5]
