@@ -9,7 +9,8 @@ MODEL=${MODEL:-resnet50}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 ops() { grep -cE '^ +(%[^ ]+ = )?[a-z_.]+ ' "$1" || true; }
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then B=$'\033[1m' N=$'\033[0m'; else B='' N=''; fi
+step() { printf '\n%s== %s%s\n' "$B" "$*" "$N"; }
 
 step "1. a random-weight copy of the bundled light_$MODEL.onnx, and an input image"
 $BIN/python examples/prepare_demo.py "$MODEL" "$OUT"
