@@ -59,6 +59,14 @@ def format_name(s: str) -> str:
     return s if BARE_NAME.match(s) else quote(s)
 
 
+def is_splat_array(a: np.ndarray) -> bool:
+    """Every element has the same bits (so -0.0 and 0.0 differ, and a NaN splat is a splat)."""
+    if a.size <= 1 or (a.strides and all(s == 0 for s in a.strides)):
+        return True
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, -1)
+    return bool((flat == flat[0]).all())
+
+
 @dataclass(eq=False, slots=True)
 class DenseAttr:
     """A tensor literal. Splats print as `dense<0.5> : tensor<...>`, small tensors as nested lists,
@@ -91,13 +99,7 @@ class DenseAttr:
 
     @property
     def is_splat(self) -> bool:
-        d = self.data
-        if d.size <= 1:
-            return True
-        if d.strides and all(s == 0 for s in d.strides):
-            return True
-        flat = np.ascontiguousarray(d).reshape(-1).view(np.uint8).reshape(d.size, -1)
-        return bool((flat == flat[0]).all())
+        return is_splat_array(self.data)
 
     def splat_value(self) -> Any:
         return self.data.reshape(-1)[0] if self.data.size else None

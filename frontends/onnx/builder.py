@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr
+from ...ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr, is_splat_array
 from ...ir.core import Block, Module, Op, Value
 from ...ir.ops.registry import OpError, get_op
 from ...ir.types import TensorType, element_type_of
@@ -75,13 +75,6 @@ class Tensor:
         return f"<Tensor {self.name or ''} {self.type}{' const' if self.is_const else ''}>"
 
 
-def _is_splat(a: np.ndarray) -> bool:
-    if a.size <= 1 or (a.strides and all(s == 0 for s in a.strides)):
-        return True
-    flat = np.ascontiguousarray(a).reshape(-1)
-    return bool((flat == flat[0]).all()) if a.dtype.kind != "f" else bool(
-        (flat.view(np.uint8).reshape(a.size, -1) == flat[:1].view(np.uint8)).all())
-
 
 class Builder:
     def __init__(self, module: Module, block: Block, opset: int):
@@ -121,7 +114,7 @@ class Builder:
             return v
         arr = t.const()
         attr: DenseAttr | ResourceAttr
-        if _is_splat(arr) or arr.size <= LITERAL_LIMIT:
+        if is_splat_array(arr) or arr.size <= LITERAL_LIMIT:
             attr = DenseAttr(t.type, arr) if arr.size <= LITERAL_LIMIT else DenseAttr.splat(
                 arr.reshape(-1)[0], t.type)
         else:

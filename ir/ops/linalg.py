@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..types import TensorType
+from ..types import TensorType, widen
 from .registry import Cost, OpDef, Sig, attr, broadcast_shapes, check, io_bytes, register
 
 LINALG_TRAITS = frozenset({"pure"})
@@ -32,10 +32,6 @@ def _numeric_pair(a: TensorType, b: TensorType) -> None:
     check(a.dtype == b.dtype, f"operand element types differ: {a.dtype} vs {b.dtype}")
     check(a.dtype != "i1", f"operands must be numeric, got {a}")
 
-
-def _widen(x: np.ndarray) -> np.ndarray:
-    """numpy has no bf16 BLAS: run bf16 through f32 (the result is cast back by the caller)."""
-    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
 
 
 # matmul ------------------------------------------------------------------------------------------------
@@ -60,7 +56,7 @@ def _matmul_infer(sig: Sig) -> list[TensorType]:
 
 def _matmul_ref(sig: Sig, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     want = sig.results[0].np_dtype if sig.results else a.dtype
-    return np.asarray(np.matmul(_widen(a), _widen(b))).astype(want, copy=False)
+    return np.asarray(np.matmul(widen(a), widen(b))).astype(want, copy=False)
 
 
 def _matmul_cost(sig: Sig) -> Cost:
@@ -108,7 +104,7 @@ def _gemm_infer(sig: Sig) -> list[TensorType]:
 
 def _gemm_ref(sig: Sig, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
     want = sig.results[0].np_dtype if sig.results else a.dtype
-    a, b = _widen(a), _widen(b)
+    a, b = widen(a), widen(b)
     if sig["trans_a"]:
         a = a.T
     if sig["trans_b"]:
@@ -124,7 +120,7 @@ def _gemm_ref(sig: Sig, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = Non
     if alpha != 1:
         y = y * y.dtype.type(alpha)
     if c is not None:
-        c = _widen(c)
+        c = widen(c)
         y = y + (c * c.dtype.type(beta) if beta != 1 else c)
     return np.asarray(y).astype(want, copy=False)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..types import NATIVE_INT_TYPES, TensorType
+from ..types import NATIVE_INT_TYPES, TensorType, widen
 from .elementwise import BINARY_TRAITS, UNARY_TRAITS, unary
 from .nn import _widened
 from .registry import (
@@ -52,7 +52,7 @@ def _is_nan_infer(sig: Sig) -> list[TensorType]:
 
 
 register(OpDef("is_nan", ("x",), infer=_is_nan_infer,
-               reference=lambda s, x: np.isnan(x.astype(np.float32) if x.dtype.name == "bfloat16" else x),
+               reference=lambda s, x: np.isnan(widen(x)),
                traits=UNARY_TRAITS, cost=elementwise_cost(1), doc="x != x: true where x is NaN (result i1)"))
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..types import TensorType
+from ..types import TensorType, widen
 from .registry import Cost, OpDef, Sig, attr, check, check_element_kind, io_bytes, norm_axis, register
 
 REDUCE_TRAITS = frozenset({"pure", "reduction"})
@@ -42,9 +42,6 @@ def _reduced_shape(shape: tuple[int | None, ...], axes: tuple[int, ...], keepdim
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
-
-def _widened(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
 
 
 # reduce_* ----------------------------------------------------------------------------------------------
@@ -83,7 +80,7 @@ def reduction(name: str, fn: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
         axes = reduced_axes(sig)
         want = sig.results[0].np_dtype if sig.results else x.dtype
         with np.errstate(all="ignore"):
-            y = np.asarray(fn(_widened(x), axes))
+            y = np.asarray(fn(widen(x), axes))
         if not sig["keepdims"]:
             y = y.reshape(_reduced_shape(x.shape, axes, False))
         return y.astype(want, copy=False)
@@ -124,7 +121,7 @@ def _index_infer(sig: Sig) -> list[TensorType]:
 def _index_reduction(name: str, fn: Callable[..., np.ndarray], doc: str) -> OpDef:
     def reference(sig: Sig, x: np.ndarray) -> np.ndarray:
         axis = norm_axis(sig["axis"], x.ndim)
-        x = _widened(x)
+        x = widen(x)
         if sig["select_last_index"]:  # search the reversed axis; index i there is n - 1 - i here
             idx = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis, keepdims=True)
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType
+from ..types import TensorType, widen
 from .registry import (
     Cost,
     OpDef,
@@ -29,9 +29,6 @@ INDEX_TYPES = ("i32", "i64")
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
-def _widened(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
-
 
 # cumsum, cumprod ----------------------------------------------------------------------------------------
 def _scan_infer(sig: Sig) -> list[TensorType]:
@@ -49,7 +46,7 @@ def running(name: str, ufunc: np.ufunc, identity: int, doc: str) -> OpDef:
     def reference(sig: Sig, x: np.ndarray) -> np.ndarray:
         axis = norm_axis(sig["axis"], x.ndim)
         want = x.dtype
-        y = _widened(x)
+        y = widen(x)
         if sig["reverse"]:
             y = np.flip(y, axis)
         y = ufunc.accumulate(y, axis=axis, dtype=y.dtype) if y.size else y
@@ -91,7 +88,7 @@ def _top_k_infer(sig: Sig) -> list[TensorType]:
 def _top_k_ref(sig: Sig, x: np.ndarray) -> list[np.ndarray]:
     """Ties keep the lower index first, as onnxruntime does, for largest and smallest alike."""
     axis, k = norm_axis(sig["axis"], x.ndim), sig["k"]
-    y = _widened(x)
+    y = widen(x)
     if sig["largest"]:  # stable ascending sort of the reversed axis, read backwards
         n = y.shape[axis]
         order = n - 1 - np.flip(np.argsort(np.flip(y, axis), axis=axis, kind="stable"), axis)
@@ -137,8 +134,8 @@ def _scatter_ref(sig: Sig, data: np.ndarray, indices: np.ndarray, updates: np.nd
         raise OpError(f"index {bad} is out of range for a dim of size {d}")
     grid: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
     grid[axis] = np.where(idx < 0, idx + d, idx)
-    out = _widened(data).copy()
-    upd = _widened(updates)
+    out = widen(data).copy()
+    upd = widen(updates)
     if sig["reduction"] == "none":
         out[tuple(grid)] = upd
     else:
