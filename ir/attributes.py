@@ -55,6 +55,18 @@ def quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
+_LONG_OK = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")
+
+
+def is_long_string(s: str) -> bool:
+    """Multi-line text (an OpenCL program) prints raw between triple quotes, so it stays readable."""
+    return "\n" in s and '"""' not in s and not s.endswith('"') and _LONG_OK.fullmatch(s) is not None
+
+
+def long_quote(s: str) -> str:
+    return '"""' + s + '"""'
+
+
 def format_name(s: str) -> str:
     return s if BARE_NAME.match(s) else quote(s)
 
@@ -162,7 +174,7 @@ def format_attr(value: Attr) -> str:
     if isinstance(value, float):
         return format_float(value)
     if isinstance(value, str):
-        return quote(value)
+        return long_quote(value) if is_long_string(value) else quote(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(format_attr(v) for v in value) + "]"
     if isinstance(value, dict):

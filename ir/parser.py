@@ -34,6 +34,7 @@ _OPNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _FLOAT = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)")
 _INT = re.compile(r"-?\d+")
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_LONG_STRING = re.compile(r'"""(.*?)"""', re.S)
 _TENSOR = re.compile(r"tensor<((?:(?:\d+|\?)x)*)([A-Za-z0-9]+)>")
 _SECTION = re.compile(rb"(?m)^\{-#")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
@@ -226,6 +227,9 @@ class Parser:
             return self.delimited("[", "]", self.attr)
         if self.peek("{"):
             return self.attr_dict()
+        m = self.match(_LONG_STRING)
+        if m:
+            return m.group(1)
         m = self.match(_STRING)
         if m:
             return _unescape(m.group(1))

@@ -105,8 +105,14 @@ def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[
         if opdef is None:
             raise DiagnosticError(Diagnostic("error", f"'{op.name}' is not a registered op", op.pos, op.loc))
         try:
-            with np.errstate(all="ignore"):
-                out = opdef.reference(op_sig(op, module.resources), *ins)
+            if opdef.has("region-body"):  # a cl.launch: its reference is the graph ops it was lowered from
+                body = op.regions[0].block
+                inner = dict(env)
+                inner.update({id(a): x for a, x in zip(body.args, ins, strict=True)})
+                out = run_block(module, body, inner)
+            else:
+                with np.errstate(all="ignore"):
+                    out = opdef.reference(op_sig(op, module.resources), *ins)
         except (ResourceError, OpError) as e:
             raise DiagnosticError(Diagnostic("error", f"'{op.name}' op {e}", op.pos, op.loc)) from None
         outs = list(out) if isinstance(out, list | tuple) else [out]

@@ -1,0 +1,159 @@
+"""What a kernel template is: a function from one op (its `Ctx`) to a `Lowered` — OpenCL C kernels with
+their launch sizes, any operand packing it wants done beforehand, and scratch buffers.
+
+Conventions every template follows:
+- each `Kernel.source` is one `__kernel void KERNEL(...)`; every identifier starting with `KERNEL` (the
+  function and any helper such as `KERNEL_load`) is renamed by the lowering, so sources of many kernels
+  concatenate into one program without clashes;
+- buffer arguments come in `Kernel.args` order: `in<i>` is operand i (after packing, if requested),
+  `out<j>` result j, `tmp<k>` scratch buffer k; by default every operand, then every result;
+- shapes, strides and attributes are baked into the source as literals (a kernel is specialised to its
+  op), so no scalar arguments are passed;
+- a template raises `NotLowerable(reason)` for cases it does not cover (a dtype, an attribute value);
+  the lowering lists every such op in one diagnostic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....ir.ops.registry import Sig
+from ....ir.types import TensorType
+
+
+class NotLowerable(Exception):
+    """A template does not cover this op instance; the message says why."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device facts templates and the cost model use. `generic()` is the deterministic default used when
+    tessel-codegen is not told which device to compile for (a PoCL CPU with AVX-512)."""
+
+    name: str = "generic"
+    compute_units: int = 2
+    max_work_group_size: int = 4096
+    vector_width: int = 16  # preferred float vector width (floats per SIMD register)
+    fp64: bool = True
+    fp16: bool = False
+    is_cpu: bool = True
+
+    @staticmethod
+    def generic() -> DeviceInfo:
+        return DeviceInfo()
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """Operand packing done before the launch (once, at load time, when the operand is a constant)."""
+
+    inner_dims_pos: tuple[int, ...]
+    inner_tiles: tuple[int, ...]
+    outer_dims_perm: tuple[int, ...] = ()
+    padding_value: float = 0.0
+
+    def attrs(self) -> dict[str, Any]:
+        return {"inner_dims_pos": list(self.inner_dims_pos), "inner_tiles": list(self.inner_tiles),
+                "outer_dims_perm": list(self.outer_dims_perm), "padding_value": float(self.padding_value)}
+
+
+@dataclass
+class Kernel:
+    source: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None = None
+    args: tuple[str, ...] | None = None
+
+
+@dataclass
+class Lowered:
+    kernels: list[Kernel]
+    scratch: list[int] = field(default_factory=list)  # bytes of tmp0, tmp1, ...
+    pack: dict[int, PackSpec] = field(default_factory=dict)  # operand index -> packing applied first
+    schedule: dict[str, Any] = field(default_factory=dict)  # the parameters chosen, printed on the launch
+
+
+@dataclass
+class Ctx:
+    """One op as a template sees it."""
+
+    op_name: str
+    sig: Sig
+    device: DeviceInfo = field(default_factory=DeviceInfo.generic)
+    constant: tuple[bool, ...] = ()  # whether each operand is a compile-time constant
+    schedule: dict[str, Any] = field(default_factory=dict)  # overrides from the op's `schedule` attribute
+
+    @property
+    def operands(self) -> list[TensorType]:
+        return self.sig.operands
+
+    @property
+    def results(self) -> list[TensorType]:
+        return self.sig.results
+
+    def attr(self, name: str) -> Any:
+        return self.sig.attrs[name]
+
+    def is_constant(self, i: int) -> bool:
+        return i < len(self.constant) and self.constant[i]
+
+
+Template = Callable[[Ctx], Lowered]
+TEMPLATES: dict[str, Template] = {}
+
+
+def template(*op_names: str) -> Callable[[Template], Template]:
+    """Register `fn` as the kernel template of each op in `op_names`."""
+
+    def deco(fn: Template) -> Template:
+        for name in op_names:
+            if name in TEMPLATES:
+                raise ValueError(f"op '{name}' has two OpenCL templates")
+            TEMPLATES[name] = fn
+        return fn
+
+    return deco
+
+
+# helpers shared by templates ---------------------------------------------------------------------------
+CTYPES = {"f32": "float", "f64": "double", "f16": "half", "i64": "long", "i32": "int", "i16": "short",
+          "i8": "char", "ui8": "uchar", "ui16": "ushort", "ui32": "uint", "ui64": "ulong", "i1": "uchar"}
+
+
+def ctype(t: TensorType | str) -> str:
+    """The OpenCL C type of a tensor's elements (i1 is stored as uchar 0/1)."""
+    dtype = t if isinstance(t, str) else t.dtype
+    if dtype not in CTYPES:
+        raise NotLowerable(f"element type {dtype} has no OpenCL type")
+    return CTYPES[dtype]
+
+
+def require_static(*types: TensorType) -> None:
+    for t in types:
+        if not t.is_static:
+            raise NotLowerable(f"dynamic shape {t}")
+
+
+def row_major_strides(shape: Sequence[int]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def index_type(*types: TensorType) -> str:
+    """`int` when every flat index fits in 31 bits, else `long`."""
+    return "int" if max((t.numel for t in types), default=0) < 2**31 else "long"
+
+
+def launch_1d(n: int, per_item: int = 1, local: int = 64, min_groups: int = 16) -> Kernel:
+    """Sizes for a 1-D kernel over n items (each work-item does `per_item`): an explicit small local size
+    with enough work-groups (PoCL's own choice can leave a core idle); source filled in by the caller."""
+    items = max(1, math.ceil(n / per_item))
+    while local > 1 and math.ceil(items / local) < min_groups:
+        local //= 2
+    return Kernel("", (math.ceil(items / local) * local,), (local,))
