@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench conformance clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-resources conformance clean
 
 setup: $(STAMP)
 
@@ -50,7 +50,12 @@ JOBS   ?= 2
 conformance: setup
 	$(BIN)/python tests/conformance/conformance.py --update --target=$(TARGET) --jobs=$(JOBS) $(if $(K),-k '$(K)')
 
+# tessel-opencl, tessel-numpy and onnxruntime on the 9 light models, plus SGEMM and elementwise
+# microbenchmarks (DESIGN §8); JSON in bench/results/. bench-resources: the weights reader/printer.
 bench: setup
+	$(BIN)/python bench/bench.py
+
+bench-resources: setup
 	$(BIN)/python bench/resources_bench.py
 
 clean:

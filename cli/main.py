@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import import_, opt, run
+from . import codegen, import_, opt, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,4 +18,5 @@ def main() -> None:
 
 main.add_command(import_.main, "import")
 main.add_command(opt.main, "opt")
+main.add_command(codegen.main, "codegen")
 main.add_command(run.main, "run")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make demo: a real model through the tools. A seeded random-weight copy of the onnx package's bundled
-# ResNet-50 is imported, optimized with -O1, and run on the numpy reference target; the result is checked
-# against onnxruntime on the same input. Every step is a plain shell command you can rerun.
+# ResNet-50 is imported, optimized with -O1, lowered to OpenCL C kernels and run on the OpenCL device
+# (PoCL on a CPU) with a per-kernel profile; the result is checked against onnxruntime on the same input.
+# Without OpenCL it runs on the numpy reference target instead. Every step is a plain shell command you
+# can rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
@@ -27,8 +29,22 @@ $BIN/tessel-opt -O1 --pass-statistics "$OUT/$MODEL.tsl" -o "$OUT/$MODEL.opt.tsl"
 grep -E "^'|\(S\) [1-9]" "$OUT/stats.txt" || true
 echo "ops: $(ops "$OUT/$MODEL.tsl") before, $(ops "$OUT/$MODEL.opt.tsl") after"
 
-step "4. tessel-run --target=numpy --inputs input.npz --outputs out.npz"
-$BIN/tessel-run "$OUT/$MODEL.opt.tsl" --inputs "$OUT/input.npz" --outputs "$OUT/out.npz"
+if $BIN/tessel-run --list-devices > "$OUT/devices.txt" 2>&1; then
+  step "4. tessel-codegen --target=opencl $MODEL.opt.tsl -o $MODEL.cl.tsl"
+  start=$(date +%s%N)
+  $BIN/tessel-codegen --target=opencl "$OUT/$MODEL.opt.tsl" -o "$OUT/$MODEL.cl.tsl"
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  echo "lowered in ${ms} ms: $(grep -c ' = cl.launch ' "$OUT/$MODEL.cl.tsl") launches of" \
+       "$(grep -c '^__kernel void' "$OUT/$MODEL.cl.tsl") distinct OpenCL kernels; one of them:"
+  awk '/^__kernel void/{p=1} p{print; n++} n>=6{exit}' "$OUT/$MODEL.cl.tsl" | cut -c1-150
 
-step "5. compare with onnxruntime"
+  step "5. tessel-run --inputs input.npz --repeat 10 --profile --top 8 (on $(head -1 "$OUT/devices.txt" | cut -d' ' -f2- | cut -c1-70))"
+  $BIN/tessel-run "$OUT/$MODEL.cl.tsl" --inputs "$OUT/input.npz" --outputs "$OUT/out.npz" --repeat 10 \
+    --profile --top 8
+else
+  step "4. no OpenCL here ($(tail -1 "$OUT/devices.txt" | cut -c1-80)...): tessel-run --target=numpy"
+  $BIN/tessel-run "$OUT/$MODEL.opt.tsl" --inputs "$OUT/input.npz" --outputs "$OUT/out.npz"
+fi
+
+step "6. compare with onnxruntime"
 $BIN/python examples/prepare_demo.py --compare "$MODEL" "$OUT"

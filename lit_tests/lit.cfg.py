@@ -22,3 +22,15 @@ filecheck = shutil.which("FileCheck") or os.path.join(bindir, "filecheck")
 config.substitutions.append(("%filecheck", f"{filecheck} --enable-var-scope"))
 config.substitutions.append(("%roundtrip", f"{sys.executable} {os.path.join(config.test_source_root, 'roundtrip.py')}"))
 config.substitutions.append(("%python", sys.executable))
+for var in ("TESSEL_CACHE_DIR", "XDG_CACHE_HOME", "OCL_ICD_VENDORS"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+# `REQUIRES: opencl` for tests that run kernels; codegen with --device=generic needs no device
+try:
+    import pyopencl
+
+    if any(p.get_devices() for p in pyopencl.get_platforms()):
+        config.available_features.add("opencl")
+except Exception:
+    pass

@@ -36,6 +36,7 @@ ExecutorFactory = Callable[[Module, Func], Executor]
 
 TARGETS: dict[str, str] = {
     "numpy": "tessel.frontends.onnx.backend:numpy_executor",
+    "opencl": "tessel.targets.opencl.runtime:opencl_executor",
 }
 """Target name -> "module:function" of its executor factory, imported on first use."""
 

@@ -36,8 +36,10 @@ def _launch_verify(sig: Sig) -> None:
         if local:
             check(all(g % lo == 0 for g, lo in zip(glob, local, strict=True)),
                   f"kernel '{k['name']}': global size {glob} is not a multiple of local size {local}")
-    buffers = sig["buffers"]
-    check(len(buffers) == len(sig.results), f"'buffers' names {len(buffers)} buffers for {len(sig.results)} results")
+    want = len(sig.results) + len(sig["scratch"])
+    check(len(sig["buffers"]) == want,
+          f"'buffers' names {len(sig['buffers'])} buffers for {len(sig.results)} results and "
+          f"{len(sig['scratch'])} scratch buffers")
 
 
 def _launch_reference(sig: Sig, *args: np.ndarray) -> list[np.ndarray]:
@@ -68,8 +70,9 @@ register(OpDef(
     attrs={"kernels": attr("any"), "buffers": attr("ints"), "scratch": attr("ints", []),
            "flops": attr("int", 0), "schedule": attr("any", {})},
     traits=frozenset({"target", "region-body"}), cost=_launch_cost,
-    doc="Enqueues `kernels` (each `{name, global, local, args}`) of the func's cl.program; results live in "
-        "the plan's `buffers`, temporaries in `scratch` (bytes). The region is its reference body.",
+    doc="Enqueues `kernels` (each `{name, global, local, args}`) of the func's cl.program. `buffers` names "
+        "the plan's buffer of each result, then of each temporary (`scratch`, in bytes). The region is its "
+        "reference body.",
 ))
 
 

@@ -63,7 +63,7 @@ DEFAULT_TIMEOUT = 60.0
 
 UNSUPPORTED = re.compile(
     r"unsupported|not supported|supported only|only supported|cannot represent|must be a constant"
-    r"|dynamic dims|only known at run time|sequences and maps|not implemented"
+    r"|dynamic dims|only known at run time|sequences and maps|not implemented|no OpenCL kernel"
     r"|\btessel (needs|imports|cannot|can only|only|does not)\b",
     re.I,
 )

@@ -1,0 +1,247 @@
+"""Lowering to the OpenCL target: graph (or kernel) level IR -> `cl.program` + `cl.launch` host plan.
+
+Each op that computes becomes one `cl.launch` whose kernels come from the op's template
+(`kernels/<family>.py`); the launch keeps the op as its reference body, so the numpy target can still run
+the result and validation can compare a launch with what it came from. Around that:
+- constants stay `const` ops (uploaded once by the runtime); operands a template wants packed get a `pack`
+  op in front of the launch — evaluated once at load time when the operand is constant, lowered to a
+  copy kernel otherwise — and the body unpacks them again;
+- `reshape`/`identity` of computed values become `buf.view`s: no kernel, the same buffer;
+- identical kernel sources (the same op on the same shapes) are emitted once and shared by name;
+- a liveness-based memory plan assigns every launch result to a `buf.alloc` buffer, reusing buffers whose
+  values are dead (a view keeps its base alive); the func's `peak_bytes` attribute is the plan's total.
+
+Ops no template covers are all listed in one diagnostic, each with its location and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...ir.core import Block, Func, Module, Op, Region, Value
+from ...ir.diagnostics import Diagnostic, DiagnosticError
+from ...ir.ops.registry import OpError, get_op, op_sig
+from ...ir.types import TensorType
+from .device import preamble
+from .kernels import load_all
+from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
+
+VIEW_OPS = ("reshape", "identity")
+HOST_OPS = ("const",)
+
+
+@dataclass
+class _State:
+    info: DeviceInfo
+    sources: dict[str, str] = field(default_factory=dict)  # template source -> kernel name
+    program: list[str] = field(default_factory=list)
+    constant: set[int] = field(default_factory=set)  # ids of values known at compile time
+    failures: list[tuple[Op, str]] = field(default_factory=list)
+
+    def kernel_name(self, source: str, op_name: str) -> str:
+        name = self.sources.get(source)
+        if name is None:
+            name = f"k{len(self.sources)}_{re.sub(r'[^A-Za-z0-9]', '_', op_name)}"
+            self.sources[source] = name
+            self.program.append(re.sub(r"\bKERNEL", name, source).strip() + "\n")
+        return name
+
+
+def is_lowered(module: Module) -> bool:
+    return any(op.name == "cl.program" for f in module.funcs for op in f.block.ops)
+
+
+def lower_module(module: Module, info: DeviceInfo | None = None) -> Module:
+    """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel."""
+    load_all()
+    info = info or DeviceInfo.generic()
+    failures: list[tuple[Op, str]] = []
+    for func in module.funcs:
+        failures += lower_func(module, func, info)
+    if failures:
+        op0, why0 = failures[0]
+        d = Diagnostic("error", f"no OpenCL kernel for {len(failures)} op{'s' if len(failures) > 1 else ''}: "
+                       f"'{op0.name}' ({why0})", op0.pos, op0.loc)
+        for op, why in failures[1:]:
+            d.note(f"'{op.name}' {_where(op)}({why})", op.pos)
+        raise DiagnosticError(d)
+    module.attrs["target"] = "opencl"
+    return module
+
+
+def _where(op: Op) -> str:
+    return f"at {', '.join(op.loc)} " if op.loc else ""
+
+
+def lower_func(module: Module, func: Func, info: DeviceInfo) -> list[tuple[Op, str]]:
+    st = _State(info)
+    block = func.block
+    old = list(block.ops)
+    for op in old:
+        block.remove(op)
+    for op in old:
+        _lower_op(module, block, op, st)
+    if st.failures:
+        return st.failures
+    plan = plan_memory(block)
+    allocs = [Op("buf.alloc", attrs={"id": i, "bytes": n}) for i, n in enumerate(plan)]
+    program = Op("cl.program", attrs={"source": preamble(info) + "\n".join(st.program)})
+    for op in reversed([program, *allocs]):
+        op.parent = block
+        block.ops.insert(0, op)
+    func.attrs["peak_bytes"] = sum(plan)
+    return []
+
+
+def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
+    if op.name == "return" or op.name in HOST_OPS:
+        block.append(op)
+        if op.name == "const":
+            st.constant.add(id(op.results[0]))
+        return
+    opdef = get_op(op.name)
+    if opdef is None or opdef.has("target"):
+        st.failures.append((op, "already target-level" if opdef else "unregistered"))
+        block.append(op)
+        return
+    if op.operands and all(id(v) in st.constant for v in op.operands) and opdef.has("pure") and not op.regions:
+        block.append(op)  # computed once at load time from constants
+        st.constant.update(id(r) for r in op.results)
+        return
+    if op.name in VIEW_OPS and op.results[0].type.is_static:
+        view = Op("buf.view", [op.operands[0]], [op.results[0].type],
+                  {"shape": list(op.results[0].type.dims)}, loc=op.loc, pos=op.pos)
+        _replace(block, op, view)
+        return
+    launch = _launch(module, block, op, st)
+    if launch is not None:
+        _replace(block, op, launch)
+
+
+def _replace(block: Block, op: Op, new: Op) -> None:
+    block.append(new)
+    for r, n in zip(op.results, new.results, strict=True):
+        n.name = r.name
+        r.replace_all_uses_with(n)
+    op.drop_operands()
+
+
+def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
+    if op.regions:
+        st.failures.append((op, "ops with regions have no kernel"))
+        return None
+    fn = TEMPLATES.get(op.name)
+    if fn is None:
+        st.failures.append((op, "no template"))
+        return None
+    try:
+        for t in [*op.operand_types, *op.result_types]:
+            if not t.is_static:
+                raise NotLowerable(f"dynamic shape {t}")
+            if t.dtype == "f16" and not st.info.fp16:
+                raise NotLowerable("the device has no cl_khr_fp16 for f16")
+        sig = op_sig(op, module.resources)
+        ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands))
+        return ctx, fn(ctx)
+    except (NotLowerable, OpError) as e:
+        st.failures.append((op, str(e)))
+        return None
+
+
+def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
+    lowered = _template(op, st, module)
+    if lowered is None:
+        return None
+    ctx, low = lowered
+    operands = list(op.operands)
+    for i, spec in sorted(low.pack.items()):
+        pdef = get_op("pack")
+        assert pdef is not None
+        packed = pdef.infer(pdef.sig([operands[i].type], spec.attrs()))
+        pack = Op("pack", [operands[i]], packed, spec.attrs(), loc=op.loc)
+        _lower_op(module, block, pack, st)
+        operands[i] = block.ops[-1].results[0]
+    body = Block([v.type for v in operands])
+    args: list[Value] = list(body.args)
+    for i, spec in sorted(low.pack.items()):
+        attrs = {k: v for k, v in spec.attrs().items() if k != "padding_value"}
+        attrs["shape"] = list(op.operands[i].type.dims)
+        un = body.append(Op("unpack", [args[i]], [op.operands[i].type], attrs, loc=op.loc))
+        args[i] = un.results[0]
+    inner = body.append(Op(op.name, args, op.result_types, dict(op.attrs), loc=op.loc, pos=op.pos))
+    body.append(Op("yield", inner.results))
+    kernels: list[dict[str, Any]] = []
+    default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]
+    for k in low.kernels:
+        entry: dict[str, Any] = {"name": st.kernel_name(k.source, op.name), "global": list(k.global_size),
+                                 "local": list(k.local_size or []), "args": list(k.args or default_args)}
+        kernels.append(entry)
+    opdef = get_op(op.name)
+    assert opdef is not None
+    flops = opdef.cost(ctx.sig).flops
+    attrs: dict[str, Any] = {"kernels": kernels, "buffers": [], "flops": int(flops)}
+    if low.scratch:
+        attrs["scratch"] = [int(n) for n in low.scratch]
+    if low.schedule:
+        attrs["schedule"] = dict(low.schedule)
+    return Op("cl.launch", operands, op.result_types, attrs, [Region([body])], loc=op.loc, pos=op.pos)
+
+
+def plan_memory(block: Block) -> list[int]:
+    """Assign each launch result (and scratch buffer) a buffer id, reusing buffers of dead values; returns
+    the buffers' sizes in bytes. A value dies after its last use, counting the uses of views of it."""
+    root: dict[int, int] = {}  # value id -> id of the launch result whose buffer it is
+    last: dict[int, int] = {}  # root id -> index of the last op using it
+    for i, op in enumerate(block.ops):
+        for v in op.operands:
+            r = root.get(id(v))
+            if r is not None:
+                last[r] = i
+        if op.name == "buf.view" and id(op.operands[0]) in root:
+            root[id(op.results[0])] = root[id(op.operands[0])]
+        elif op.name == "cl.launch":
+            for v in op.results:
+                root[id(v)] = id(v)
+                last.setdefault(id(v), i)
+    sizes: list[int] = []
+    free: list[int] = []
+    holder: dict[int, int] = {}  # root id -> buffer
+    dying: dict[int, list[int]] = {}  # op index -> buffers freed after it
+    for r, i in last.items():
+        dying.setdefault(i, []).append(r)
+
+    def take(nbytes: int) -> int:
+        nbytes = max(nbytes, 4)
+        fits = [b for b in free if sizes[b] >= nbytes]
+        if fits:
+            b = min(fits, key=lambda b: (sizes[b], b))
+        elif free:
+            b = max(free, key=lambda b: (sizes[b], -b))
+            sizes[b] = nbytes
+        else:
+            sizes.append(nbytes)
+            return len(sizes) - 1
+        free.remove(b)
+        return b
+
+    for i, op in enumerate(block.ops):
+        if op.name != "cl.launch":
+            continue
+        bufs = []
+        for v in op.results:
+            b = take(_bytes(v.type))
+            holder[id(v)] = b
+            bufs.append(b)
+        scratch = [take(int(n)) for n in op.attrs.get("scratch", [])]
+        op.attrs["buffers"] = bufs + scratch
+        free.extend(scratch)
+        for r in sorted(dying.get(i, []), key=lambda r: holder[r]):
+            if r in holder:
+                free.append(holder[r])
+    return sizes
+
+
+def _bytes(t: TensorType) -> int:
+    return t.numel * t.np_dtype.itemsize

@@ -1,0 +1,178 @@
+"""Per-kernel profiles against the roofline, and the device calibration they are measured against.
+
+`calibrate(device)` measures the device's peaks with tessel's own kernels — SGEMM 1024^3 (GFLOP/s), a 64 MiB
+f32 add (GB/s, counting its three streams) and an empty launch + finish (launch overhead) — and `save_peaks`
+keeps them in `<cache>/calibration.json` under the device's fingerprint. `kernel_rows` turns a profiled run
+into one row per kernel: launches, time from OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity,
+and the fraction of the peak (compute or bandwidth) that bounds it by the roofline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ...ir.parser import parse_module
+from . import device as dev
+from .lower import lower_module
+from .runtime import Executable, RunStats, cache_dir
+
+
+@dataclass(frozen=True)
+class Peaks:
+    gflops: float
+    gbps: float
+    launch_us: float
+    device: str = ""
+    measured: str = ""
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the roofline turns from bandwidth- to compute-bound."""
+        return self.gflops / self.gbps if self.gbps else 0.0
+
+
+def _store() -> str:
+    return os.path.join(cache_dir(), "calibration.json")
+
+
+def load_peaks(device: Any) -> Peaks | None:
+    try:
+        with open(_store()) as f:
+            entry = json.load(f).get(dev.fingerprint(device))
+    except (OSError, ValueError):
+        return None
+    try:
+        return Peaks(**entry) if entry else None
+    except TypeError:
+        return None
+
+
+def save_peaks(device: Any, peaks: Peaks) -> str:
+    path = _store()
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        table = {}
+    table[dev.fingerprint(device)] = asdict(peaks)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def _module(body: str, args: str, result: str) -> Any:
+    return parse_module(f"module @calibrate {{\n  func @main({args}) -> {result} {{\n{body}\n  }}\n}}\n",
+                        "<calibrate>")
+
+
+def _best(exe: Executable, inputs: list[np.ndarray], repeat: int) -> float:
+    """Best seconds of a whole run (copies in and out, launches, finish)."""
+    exe.run(inputs)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        exe.run(inputs)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def best_kernel_seconds(exe: Executable, inputs: list[np.ndarray], repeat: int) -> float:
+    """Best over runs of the summed kernel times from profiling events (no host copies)."""
+    _, stats = exe.measure(inputs, repeat)
+    per_run = [sum(ts[r] for ts in stats.kernel_ns.values()) for r in range(len(stats.seconds))]
+    return min(per_run) / 1e9
+
+
+def calibrate(device: Any, repeat: int = 10) -> Peaks:
+    info = dev.device_info(device)
+    n = 1024
+    t = f"tensor<{n}x{n}xf32>"
+    gemm = _module(f"    %0 = matmul %a, %b : ({t}, {t}) -> {t}\n    return %0 : {t}",
+                   f"%a: {t}, %b: {t}", t)
+    lower_module(gemm, info)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    gflops = 2 * n**3 / best_kernel_seconds(Executable(gemm, gemm.funcs[0], device, profile=True), [a, b],
+                                            repeat) / 1e9
+    m = 16 << 20
+    v = f"tensor<{m}xf32>"
+    add = _module(f"    %0 = add %a, %b : ({v}, {v}) -> {v}\n    return %0 : {v}", f"%a: {v}, %b: {v}", v)
+    lower_module(add, info)
+    x, y = (rng.standard_normal(m, dtype=np.float32) for _ in range(2))
+    exe = Executable(add, add.funcs[0], device, profile=True)
+    gbps = 3 * 4 * m / best_kernel_seconds(exe, [x, y], repeat) / 1e9  # two streams read, one written
+    s = "tensor<1xf32>"
+    tiny = _module(f"    %0 = relu %a : ({s}) -> {s}\n    return %0 : {s}", f"%a: {s}", s)
+    lower_module(tiny, info)
+    one = Executable(tiny, tiny.funcs[0], device)
+    launch = _best(one, [np.ones(1, np.float32)], 50)
+    return Peaks(round(gflops, 1), round(gbps, 1), round(launch * 1e6, 1), dev.describe(device),
+                 time.strftime("%Y-%m-%d"))
+
+
+@dataclass
+class KernelRow:
+    name: str
+    launches: int
+    ms: float  # per run, summed over its launches (median of runs)
+    flops: int
+    bytes: int
+    ops: list[str]
+    locs: list[str]
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.ms / 1e6 if self.ms else 0.0
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.ms / 1e6 if self.ms else 0.0
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def bound(self, peaks: Peaks | None) -> tuple[str, float | None]:
+        """'compute' or 'memory' by the roofline, and the fraction of that peak reached."""
+        if peaks is None or not self.ms:
+            return ("compute" if self.intensity > 10 else "memory"), None
+        if self.intensity >= peaks.ridge:
+            return "compute", self.gflops / peaks.gflops
+        return "memory", self.gbps / peaks.gbps
+
+    def as_dict(self, peaks: Peaks | None) -> dict[str, Any]:
+        bound, frac = self.bound(peaks)
+        return {"kernel": self.name, "launches": self.launches, "ms": round(self.ms, 4),
+                "gflops": round(self.gflops, 2), "gbps": round(self.gbps, 2),
+                "intensity": round(self.intensity, 3), "bound": bound,
+                "peak_fraction": None if frac is None else round(frac, 3), "ops": self.ops, "onnx": self.locs}
+
+
+def kernel_rows(exe: Executable, stats: RunStats) -> list[KernelRow]:
+    """One row per kernel (kernels shared by identical ops are one row with several launches), slowest first."""
+    rows: dict[str, KernelRow] = {}
+    for i, step in enumerate(exe.steps):
+        times = stats.kernel_ns.get(i)
+        if not times:
+            continue
+        row = rows.setdefault(step.name, KernelRow(step.name, 0, 0.0, 0, 0, [], []))
+        row.launches += 1
+        row.ms += float(np.median(times)) / 1e6
+        row.flops += step.flops
+        row.bytes += step.bytes
+        if step.op not in row.ops:
+            row.ops.append(step.op)
+        for loc in step.loc:
+            name = loc.removeprefix("onnx:")
+            if name not in row.locs:
+                row.locs.append(name)
+    return sorted(rows.values(), key=lambda r: (-r.ms, r.name))
