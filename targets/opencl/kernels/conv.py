@@ -1,0 +1,284 @@
+"""`conv2d`: direct convolution in channel blocks (NCHWc, DESIGN §5), NCHW at the op boundary.
+
+A first kernel repacks the NCHW input into scratch `tmp0` as [N, G, C/G/cb, Hp, Wp, cb]: channel blocks of
+cb, the spatial pads (and the over-read of partial output tiles) written as zeros, so the main loop has
+no bounds checks. Weights are packed (a `pack` op, once at load time for constants) to
+[O/V, C/G/cb, KH, KW, cb, V].
+
+- dense and grouped conv: each work-item computes a tile of TH x TW output pixels x one `float<V>` column
+  of output channels (V = 16 unless a group has fewer); per (channel, tap) it loads one weight vector and
+  does TH*TW FMAs with broadcast input scalars, like the GEMM micro-kernel;
+- depthwise (groups == channels): channels vectorized by 16, the KH*KW weight vectors held in registers,
+  each input vector loaded once for all the taps that use it.
+
+Bias and an optional fused `epilogue` (see gemm.Epilogue) are applied per output element before its
+store, with the output index in NCHW.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, template
+from .gemm import Epilogue, check_float32, pick_cols, vtype
+
+LANES = "0123456789abcdef"
+
+
+def lane(v: str, j: int, width: int) -> str:
+    return v if width == 1 else f"{v}.s{LANES[j]}"
+
+
+def pick_block(cg: int) -> int:
+    """Input channels per block: all when few, else the size in 8..16 padding least (largest first)."""
+    if cg <= 16:
+        return cg
+    return min(range(16, 7, -1), key=lambda b: math.ceil(cg / b) * b)
+
+
+def pick_tile(ho: int, wo: int, hi: int = 24) -> tuple[int, int]:
+    """(TH, TW) output pixels per work-item: ~14-24 of them, padding the output least."""
+    best: tuple[float, int, int, int, int] | None = None
+    for tw in range(1, min(wo, hi) + 1):
+        for th in range(1, min(ho, hi // tw) + 1):
+            r = tw * th
+            padded = math.ceil(ho / th) * th * math.ceil(wo / tw) * tw
+            key = (padded / min(r, 14), abs(r - 16), th, tw, r)
+            if best is None or key < best:
+                best = key
+    assert best is not None
+    return best[2], best[3]
+
+
+class Geometry:
+    """Sizes of one conv2d, derived once."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        x, w = ctx.operands[:2]
+        y = ctx.results[0]
+        self.n, self.c, self.h, self.w = x.dims
+        self.o, self.cg, self.kh, self.kw = w.dims
+        self.ho, self.wo = y.dims[2:]
+        self.g = int(ctx.attr("groups"))
+        self.og = self.o // self.g
+        self.sh, self.sw = (int(v) for v in ctx.attr("strides"))
+        self.pt, self.pl = (int(v) for v in ctx.attr("pads")[:2])
+        self.dh, self.dw = (int(v) for v in ctx.attr("dilations"))
+
+    def padded_input(self, th: int, tw: int) -> tuple[int, int]:
+        """(Hp, Wp) of the repacked input: every row/column a padded tile of outputs reads."""
+        hp = (math.ceil(self.ho / th) * th - 1) * self.sh + (self.kh - 1) * self.dh + 1
+        wp = (math.ceil(self.wo / tw) * tw - 1) * self.sw + (self.kw - 1) * self.dw + 1
+        return hp, wp
+
+
+def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int) -> Kernel:
+    """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail)."""
+    cbn = math.ceil(cg / cb)
+    chunks = math.ceil(wp / 16)
+    fast = ""
+    if cb == 16 and cg % 16 == 0:  # a whole 16x16 (channel x column) block: 16 loads, a register transpose
+        loads = "".join(f"        const float16 v{i:x} = vload16(0, x + {i * geo.h * geo.w});\n"
+                        for i in range(16))
+        stores = "".join(f"        vstore16((float16)({', '.join(f'v{i:x}.s{w:x}' for i in range(16))}), "
+                         f"{w}, p);\n" for w in range(16))
+        fast = f"    if (whole && w0 + 16 <= {wp}) {{\n{loads}{stores}        return;\n    }}\n"
+    src = f"""// repack x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] into channel blocks
+// [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
+// 16 columns a work-item
+__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
+    const int w0 = get_global_id(0) * 16;
+    const int hh = get_global_id(1);
+    const int blk = get_global_id(2);  // (n * {groups} + group) * {cbn} + channel block
+    if (w0 >= {wp}) return;
+    const int n = blk / {groups * cbn};
+    const int cin = blk % {cbn} * {cb};  // first channel of the block within its group
+    const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
+    const int ih = hh - {geo.pt}, iw0 = w0 - {geo.pl};
+    const bool row = ih >= 0 && ih < {geo.h};
+    const bool whole = row && iw0 >= 0 && iw0 + 16 <= {geo.w};
+    const __global float* x = X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0;
+    __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
+{fast}    for (int w = 0; w < min(16, {wp} - w0); ++w) {{
+        const bool inside = row && iw0 + w >= 0 && iw0 + w < {geo.w};
+        for (int ci = 0; ci < {cb}; ++ci)
+            p[w * {cb} + ci] = inside && cin + ci < {cg} ? x[ci * {geo.h * geo.w} + w] : 0.0f;
+    }}
+}}
+"""
+    local = 4 if chunks >= 4 else 1
+    global_size = (math.ceil(chunks / local) * local, hp, geo.n * groups * cbn)
+    return Kernel(src, global_size, (local, 1, 1), ("in0", "tmp0"))
+
+
+def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], has_bias: bool,
+                 epilogue: Epilogue | None) -> list[str]:
+    """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels oc0..) to NCHW."""
+    hw = geo.ho * geo.wo
+    lines = []
+    ctail = geo.o % width != 0
+    for i, acc in enumerate(accs):
+        y, x = divmod(i, tw)
+        conds = []
+        if geo.ho % th:
+            conds.append(f"oh0 + {y} < {geo.ho}")
+        if geo.wo % tw:
+            conds.append(f"ow0 + {x} < {geo.wo}")
+        ind = "    "
+        if conds:
+            lines.append(f"    if ({' && '.join(conds)}) {{")
+            ind = "        "
+        lines.append(f"{ind}const int y{i} = (n * {geo.o} + oc0) * {hw} + (oh0 + {y}) * {geo.wo}"
+                     f" + ow0 + {x};")
+        for j in range(width):
+            v = lane(acc, j, width) + (f" + in2[oc0 + {j}]" if has_bias else "")
+            idx = f"y{i} + {j * hw}"
+            if epilogue:
+                v = epilogue(v, idx, 1)
+            store = f"Y[{idx}] = {v};"
+            lines.append(f"{ind}if (oc0 + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
+        if conds:
+            lines.append("    }")
+    return lines
+
+
+def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
+                 epilogue: Epilogue | None) -> str:
+    cbn = math.ceil(geo.cg / cb)
+    vt = vtype(width)
+    r = th * tw
+    accs = [f"acc{i}" for i in range(r)]
+    offs = [(i // tw * geo.sh * wp + i % tw * geo.sw) * cb for i in range(r)]
+    ins = "__global const float* restrict P, __global const float* restrict W"
+    ins += ", __global const float* restrict in2" if has_bias else ""
+    wload = "*wp" if width == 1 else f"vload{width}(0, wp)"
+    lines = [
+        f"// conv2d {geo.kh}x{geo.kw} stride {geo.sh},{geo.sw} dilation {geo.dh},{geo.dw} groups {geo.g}: "
+        f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
+        f"// tile: {th}x{tw} output pixels x one {vt} of output channels per work-item; input blocks of {cb}",
+        f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
+        "    const int t = get_global_id(0);  // output tile",
+        "    const int ob = get_global_id(1);  // output channel block",
+        "    const int n = get_global_id(2);",
+        f"    if (t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}) return;",
+        f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
+        f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
+        f"    const int oc0 = ob * {width};",
+        f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;",
+        f"    const __global float* xb = P + ((long)(n * {geo.g} + grp) * {cbn * hp} + oh0 * {geo.sh})"
+        f" * {wp * cb} + ow0 * {geo.sw * cb};",
+        f"    const __global float* wp = W + ob * {cbn * geo.kh * geo.kw * cb * width};",
+        f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs)};",
+        f"    for (int cbi = 0; cbi < {cbn}; ++cbi) {{",
+        f"        for (int kh = 0; kh < {geo.kh}; ++kh) {{",
+        f"            const __global float* xr = xb + (cbi * {hp} + kh * {geo.dh}) * {wp * cb};",
+        f"            for (int kw = 0; kw < {geo.kw}; ++kw, wp += {cb * width}) {{",
+        f"                const __global float* xk = xr + kw * {geo.dw * cb};",
+    ]
+    for ci in range(cb):
+        lines.append(f"                const {vt} w{ci} = {wload.replace('wp', f'(wp + {ci * width})')};")
+        lines += [f"                {a} = mad(xk[{off + ci}], w{ci}, {a});"
+                  for a, off in zip(accs, offs, strict=True)]
+    lines += ["            }", "        }", "    }"]
+    lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
+                     epilogue: Epilogue | None) -> str:
+    """One channel block of `width`, a th x tw pixel tile; the KH*KW weight vectors live in registers and
+    each input vector is loaded once for every tap of the tile that reads it."""
+    vt = vtype(width)
+    taps = geo.kh * geo.kw
+    ins = "__global const float* restrict P, __global const float* restrict W"
+    ins += ", __global const float* restrict in2" if has_bias else ""
+    load = (lambda off: f"xb[{off}]") if width == 1 else (lambda off: f"vload{width}(0, xb + {off})")
+    lines = [
+        f"// depthwise conv2d {geo.kh}x{geo.kw} stride {geo.sh},{geo.sw} dilation {geo.dh},{geo.dw}: "
+        f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
+        f"// tile: {th}x{tw} output pixels x one {vt} of channels per work-item",
+        f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
+        "    const int t = get_global_id(0);  // output tile",
+        "    const int ob = get_global_id(1);  // channel block",
+        "    const int n = get_global_id(2);",
+        f"    if (t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}) return;",
+        f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
+        f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
+        f"    const int oc0 = ob * {width};",
+        f"    const __global float* xb = P + ((long)(n * {math.ceil(geo.c / width)} + ob) * {hp}"
+        f" + oh0 * {geo.sh}) * {wp * width} + ow0 * {geo.sw * width};",
+        f"    const __global float* wp = W + ob * {taps * width};",
+    ]
+    lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'};"
+              for t in range(taps)]
+    accs = [f"acc{i}" for i in range(th * tw)]
+    lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs)};")
+    # group the (pixel, tap) pairs by the input vector they read
+    reads: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i in range(th * tw):
+        y, x = divmod(i, tw)
+        for kh in range(geo.kh):
+            for kw in range(geo.kw):
+                at = (y * geo.sh + kh * geo.dh, x * geo.sw + kw * geo.dw)
+                reads.setdefault(at, []).append((i, kh * geo.kw + kw))
+    for (row, col), uses in sorted(reads.items()):
+        lines.append("    {")
+        lines.append(f"        const {vt} v = {load((row * wp + col) * width)};")
+        lines += [f"        acc{i} = mad(v, w{t}, acc{i});" for i, t in uses]
+        lines.append("    }")
+    lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def tile_override(ctx: Ctx, geo: Geometry) -> tuple[int, int]:
+    th, tw = pick_tile(geo.ho, geo.wo)
+    th, tw = int(ctx.schedule.get("tile_h", th)), int(ctx.schedule.get("tile_w", tw))
+    if th < 1 or tw < 1 or th * tw > 32:
+        raise NotLowerable(f"'conv2d' schedule tile {th}x{tw} must be positive with at most 32 pixels")
+    return th, tw
+
+
+@template("conv2d")
+def conv2d(ctx: Ctx) -> Lowered:
+    return lower_conv2d(ctx)
+
+
+def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+    check_float32("conv2d", *ctx.operands, *ctx.results)
+    geo = Geometry(ctx)
+    has_bias = len(ctx.operands) > 2
+    th, tw = tile_override(ctx, geo)
+    hp, wp = geo.padded_input(th, tw)
+    tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
+    depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    if depthwise:
+        width = int(ctx.schedule.get("cols", pick_cols(geo.c)))
+        pack = {1: PackSpec((0,), (width,))}
+        first = repack_input(geo, 1, geo.c, width, hp, wp)
+        scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
+        src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue)
+        blocks, cb = math.ceil(geo.c / width), width
+    else:
+        # a column of output channels stays inside one group
+        width = pick_cols(geo.o) if geo.g == 1 else math.gcd(geo.og, 16)
+        width = int(ctx.schedule.get("cols", width))
+        if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and geo.og % width):
+            raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16 and divide the "
+                               f"{geo.og} output channels of a group")
+        cb = int(ctx.schedule.get("cin_block", pick_block(geo.cg)))
+        pack = {1: PackSpec((1, 0), (cb, width))}
+        first = repack_input(geo, geo.g, geo.cg, cb, hp, wp)
+        scratch = 4 * geo.n * geo.g * math.ceil(geo.cg / cb) * cb * hp * wp
+        src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue)
+        blocks = math.ceil(geo.o / width)
+    local = 4
+    while local > 1 and math.ceil(tiles / local) * blocks * geo.n < 16:
+        local //= 2
+    args = ("tmp0", "in1", "in2", "out0") if has_bias else ("tmp0", "in1", "out0")
+    main = Kernel(src, (math.ceil(tiles / local) * local, blocks, geo.n), (local, 1, 1), args)
+    schedule = {"tile_h": th, "tile_w": tw, "cols": width}
+    if not depthwise:
+        schedule["cin_block"] = cb
+    return Lowered([first, main], [scratch], pack, schedule)

@@ -1,0 +1,409 @@
+"""Elementwise kernels: unary math and activations, broadcasting arithmetic, comparisons and logic, where,
+clip, cast, is_nan, the bitwise ops and identity — one generator driven by `RULES`, a table of C expression
+templates, one entry per op.
+
+A template names its operands `{a}`, `{b}`, `{c}`, the computing type `{T}` (the last operand's C type),
+the result type `{R}`, attribute-derived values by name (`{alpha}`) and numeric literals as `{0.5}`, which
+become literals of `{T}` (`0.5f`, `(char)1`); literals are typed because OpenCL refuses `int` scalars
+next to `char16` vectors. `expr()` fills a template for one element (or one vector): the fusion pass
+builds a chained kernel from the same strings.
+
+The generated kernel coalesces the output dims where every operand's broadcast pattern agrees, so after
+it each operand is contiguous (stride 1) or broadcast (stride 0) along the innermost dim. A work-item
+handles one chunk of one row of that dim: its operands' row offsets are computed once per chunk (no index
+decomposition per element, which is the per-channel bias fast path), then a vector of 16 (8 for 64-bit
+types) is loaded with `vloadN` (a broadcast operand splats a scalar) and stored with `vstoreN`, with a
+scalar tail; ops whose vector form differs (masks of -1 from comparisons, casts, where) run a scalar loop
+over the chunk instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ir.ops.registry import Sig
+from ....ir.types import UNSIGNED_TYPES, float_max, int_range
+from .base import Ctx, Kernel, Lowered, NotLowerable, ctype, index_type, launch_1d, require_static, template
+
+Params = Callable[[Sig], dict[str, str | float]]  # attribute-derived placeholders: templates or numbers
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The C expression templates of one op, by the kind of its (last) operand: `f` float, `i` signed,
+    `u` unsigned (default: `i`), `b` i1 (default: `u`); None where the op does not take that kind."""
+
+    f: str | None = None
+    i: str | None = None
+    u: str | None = None
+    b: str | None = None
+    vec: str = "fiu"  # kinds whose template is also valid on OpenCL vector types
+    params: Params | None = None  # attribute-derived placeholder values
+
+    def text(self, kind: str) -> str | None:
+        chain = {"f": (self.f,), "i": (self.i,), "u": (self.u, self.i), "b": (self.b, self.u, self.i)}[kind]
+        return next((t for t in chain if t is not None), None)
+
+
+def _clamp(x: str, lo: str, hi: str) -> str:
+    """min(max(x, lo), hi) with NaN propagating (as numpy's minimum/maximum); `x` may repeat."""
+    low = f"({x} < {lo} ? {lo} : {x})"
+    return f"({low} > {hi} ? {hi} : {low})"
+
+
+def _same(template: str, vec: str = "fiu", params: Params | None = None) -> Rule:
+    """One template for float and integer operands."""
+    return Rule(f=template, i=template, vec=vec, params=params)
+
+
+def _softplus(x: str) -> str:  # log(1 + e^x) without overflow, as numpy's logaddexp(x, 0)
+    return f"(fmax({x}, {{0}}) + log1p(exp(-fabs({x}))))"
+
+
+def _attr_params(*names: str) -> Callable[[Sig], dict[str, str | float]]:
+    return lambda sig: {n: float(sig[n]) for n in names}
+
+
+def _clip_params(sig: Sig) -> dict[str, str | float]:
+    """An infinite bound is the type's finite limit (see the reference); integer bounds truncate."""
+    dtype = sig.operands[0].dtype
+    lo, hi = sig["min"], sig["max"]
+    if sig.operands[0].is_float:
+        big = float_max(dtype)
+        return {"lo": max(float(lo), -big), "hi": min(float(hi), big)}
+    tlo, thi = int_range(dtype)
+    return {"lo": tlo if math.isinf(lo) else min(max(int(lo), tlo), thi),
+            "hi": thi if math.isinf(hi) else min(max(int(hi), tlo), thi)}
+
+
+def _shift_params(sig: Sig) -> dict[str, str | float]:
+    """ONNX BitShift-28: amounts outside [0, bits) give 0 (-1 for a right shift of a negative value)."""
+    t = sig.operands[0]
+    bits = 8 * t.np_dtype.itemsize
+    out = f"(({{b}} < {{0}}) | ({{b}} >= {{{bits}}}))"
+    if sig["direction"] == "left":  # through the unsigned type: signed overflow wraps
+        return {"shift": f"({out} ? {{0}} : ({{T}})(({{U}}){{a}} << {{b}}))"}
+    fill = "{0}" if t.dtype in UNSIGNED_TYPES else "({a} < {0} ? {-1} : {0})"
+    return {"shift": f"({out} ? {fill} : {{a}} >> {{b}})"}
+
+
+def _cast_params(sig: Sig) -> dict[str, str | float]:
+    """Float to int truncates toward zero; to the narrow ints through int (as numpy on x86: 300.0 -> 44 as
+    i8, -1.0 -> 255 as ui8), to ui32 through long; to i1 is `!= 0` (NaN is true)."""
+    src, dst = sig.operands[0], sig.results[0]
+    r = ctype(dst)
+    if src.dtype == dst.dtype:
+        return {"cast": "{a}"}
+    if dst.dtype == "i1":
+        return {"cast": "({a} != {0})"}
+    if src.is_float and not dst.is_float:
+        if r == "ulong":
+            return {"cast": "({a} < {0} ? (ulong)(long){a} : (ulong){a})"}
+        via = {"uint": "long", "long": ""}.get(r, "int")
+        return {"cast": f"({r})({via}){{a}}" if via else f"({r}){{a}}"}
+    return {"cast": f"({r}){{a}}"}
+
+
+_GELU = {"none": "{0.5} * {a} * erfc(-{a} * {0.7071067811865476})",  # erfc: no cancellation for x << 0
+         "tanh": "{a} / ({1} + exp({-1.5957691216057308} * ({a} + {0.044715} * {a} * {a} * {a})))"}
+_INT_DIV = "(({b} == {0} | {b} == {-1}) ? {1} : {b})"  # a divisor that cannot trap; the guarded cases:
+
+RULES: dict[str, Rule] = {
+    # unary arithmetic (integers too) and math built-ins
+    "identity": Rule(f="{a}", i="{a}", vec="fiub"),
+    "neg": _same("-{a}"),
+    "abs": Rule(f="fabs({a})", i="({a} < {0} ? -{a} : {a})", u="{a}"),
+    "sign": _same("({a} > {0} ? {1} : {a} < {0} ? {-1} : {a})"),  # NaN and +-0 pass through
+    "relu": Rule(f="({a} < {0} ? {0} : {a})", i="({a} < {0} ? {0} : {a})", u="{a}"),
+    **{name: Rule(f=f"{name}({{a}})") for name in (
+        "sqrt", "exp", "log", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh", "floor", "ceil", "erf")},
+    "round": Rule(f="rint({a})"),  # half to even: the default rounding mode
+    "reciprocal": Rule(f="{1} / {a}"),
+    "sigmoid": Rule(f="{1} / ({1} + exp(-{a}))"),
+    "leaky_relu": Rule(f="({a} >= {0} ? {a} : {a} * {alpha})", params=_attr_params("alpha")),
+    "elu": Rule(f="({a} > {0} ? {a} : {alpha} * expm1({a}))", params=_attr_params("alpha")),
+    "selu": Rule(f="{gamma} * ({a} > {0} ? {a} : {alpha} * expm1({a}))",
+                 params=_attr_params("alpha", "gamma")),
+    "softplus": Rule(f=_softplus("{a}")),
+    "softsign": Rule(f="{a} / ({1} + fabs({a}))"),
+    "hard_sigmoid": Rule(f=_clamp("({alpha} * {a} + {beta})", "{0}", "{1}"),
+                         params=_attr_params("alpha", "beta")),
+    "hard_swish": Rule(f="{a} * " + _clamp("({a} / {6} + {0.5})", "{0}", "{1}")),
+    "mish": Rule(f=f"{{a}} * tanh({_softplus('{a}')})"),
+    "gelu": Rule(f="{gelu}", params=lambda sig: {"gelu": _GELU[sig["approximate"]]}),
+    "clip": _same(_clamp("{a}", "{lo}", "{hi}"), params=_clip_params),
+    "cast": Rule(f="{cast}", i="{cast}", vec="", params=_cast_params),
+    # binary arithmetic; integer div and mod keep the reference's answers for b == 0 and b == -1
+    "add": _same("{a} + {b}"),
+    "sub": _same("{a} - {b}"),
+    "mul": _same("{a} * {b}"),
+    "div": Rule(f="{a} / {b}",
+                i=f"({{b}} == {{0}} ? ({{a}} < {{0}} ? {{a}} + {{1}} : {{a}}) : {{b}} == {{-1}} ? -{{a}} "
+                  f": {{a}} / {_INT_DIV})",
+                u="({b} == {0} ? {a} : {a} / ({b} == {0} ? {1} : {b}))"),
+    "mod": Rule(f="fmod({a}, {b})",  # the sign of a, like C's %
+                i=f"(({{b}} == {{0}} | {{b}} == {{-1}}) ? {{0}} : {{a}} % {_INT_DIV})",
+                u="({b} == {0} ? {0} : {a} % ({b} == {0} ? {1} : {b}))",
+                vec="iu"),  # PoCL 3.1's double8 fmod returns wrong lanes when another lane is inf or NaN
+    "pow": Rule(f="pow({a}, {b})", i="({T})pow((double){a}, (double){b})", vec=""),  # double8 pow: as mod
+    "max": Rule(f="(({a} > {b} | {a} != {a}) ? {a} : {b})", i="({a} > {b} ? {a} : {b})"),
+    "min": Rule(f="(({a} < {b} | {a} != {a}) ? {a} : {b})", i="({a} < {b} ? {a} : {b})"),
+    "prelu": _same("({a} < {0} ? {a} * {b} : {a})"),
+    # comparisons and logic: scalar 0/1 results (vector comparisons give -1)
+    **{name: Rule(f=f"({{a}} {op} {{b}})", i=f"({{a}} {op} {{b}})", vec="") for name, op in (
+        ("equal", "=="), ("less", "<"), ("less_equal", "<="), ("greater", ">"), ("greater_equal", ">="))},
+    "and": Rule(b="({a} && {b})", vec=""),
+    "or": Rule(b="({a} || {b})", vec=""),
+    "xor": Rule(b="(!{a} != !{b})", vec=""),
+    "not": Rule(b="(!{a})", vec=""),
+    "where": Rule(f="({a} ? {b} : {c})", i="({a} ? {b} : {c})", vec=""),
+    "is_nan": Rule(f="isnan({a})", vec=""),
+    # integer bit operations
+    "bitwise_and": Rule(i="{a} & {b}"),
+    "bitwise_or": Rule(i="{a} | {b}"),
+    "bitwise_xor": Rule(i="{a} ^ {b}"),
+    "bitwise_not": Rule(i="~{a}"),
+    "bit_shift": Rule(i="{shift}", vec="", params=_shift_params),
+}
+
+
+# filling a template ----------------------------------------------------------------------------------------
+_PLACEHOLDER = re.compile(r"\{(-?\d[\d.]*(?:e[-+]?\d+)?|\w+)\}")
+_UNSIGNED = {"char": "uchar", "short": "ushort", "int": "uint", "long": "ulong"}
+_INT_SUFFIX = {"long": "L", "ulong": "UL", "uint": "U"}
+
+
+def literal(value: float, c: str) -> str:
+    """`value` as a C literal of type `c` (float, double or an integer type), exactly as numpy's
+    `dtype.type(value)` rounds it."""
+    if c in ("float", "double"):
+        v = float(value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        text = f"{np.float32(v)}f" if c == "float" else repr(v)
+        return text if v >= 0 else f"({text})"
+    v = int(value)
+    if c == "long" and v == -(2**63):
+        return "(long)(-9223372036854775807L - 1)"
+    text = f"{v}{_INT_SUFFIX.get(c, '')}"
+    return f"({c}){text}" if v >= 0 else f"({c})({text})"
+
+
+def kind(dtype: str) -> str:
+    """The template column of an element type: f(loat), i(nt), u(nsigned) or b(ool, i1)."""
+    if dtype == "i1":
+        return "b"
+    if dtype in UNSIGNED_TYPES:
+        return "u"
+    return "f" if dtype.startswith("f") or dtype == "bf16" else "i"
+
+
+def _rule(op_name: str, sig: Sig) -> tuple[Rule, str, str]:
+    rule = RULES.get(op_name)
+    if rule is None:
+        raise NotLowerable(f"'{op_name}' is not an elementwise op")
+    t = sig.operands[-1]
+    text = rule.text(kind(t.dtype))
+    if text is None:
+        raise NotLowerable(f"'{op_name}' has no OpenCL form for {t.dtype} operands")
+    return rule, kind(t.dtype), text
+
+
+def vectorizable(op_name: str, sig: Sig) -> bool:
+    """Whether `expr(..., width=N)` is valid: the op's template works on vectors and every operand and the
+    result have one C type."""
+    rule, k, _ = _rule(op_name, sig)
+    return k in rule.vec and len({ctype(t) for t in [*sig.operands, *sig.results]}) == 1
+
+
+def expr(op_name: str, sig: Sig, operands: Sequence[str], width: int = 1) -> str:
+    """The C expression of one element of `op_name`'s result (of `width`-wide vectors when width > 1, which
+    needs `vectorizable`). `operands` are C expressions of the operand element types; pass variable names,
+    since a template may use an operand several times. The value converts to `ctype(result)` on
+    assignment (comparisons, logic and is_nan give int 0/1). `sig.results` must be inferred (cast)."""
+    rule, _, text = _rule(op_name, sig)
+    if width > 1 and not vectorizable(op_name, sig):
+        raise ValueError(f"'{op_name}' on {sig.operands[-1].dtype} has no vector form")
+    t = ctype(sig.operands[-1])
+    env = {"T": t, "U": _UNSIGNED.get(t, t), "R": ctype(sig.results[0]) if sig.results else t}
+    for name, o in zip("abc", operands, strict=False):
+        env[name] = o if re.fullmatch(r"[\w.]+", o) else f"({o})"
+    params = rule.params(sig) if rule.params else {}
+
+    def fill(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key in params:
+            v = params[key]
+            return _PLACEHOLDER.sub(fill, v) if isinstance(v, str) else literal(v, t)
+        if key in env:
+            return env[key]
+        if key[0].isdigit() or key[0] == "-":
+            return literal(float(key) if t in ("float", "double") else int(key), t)
+        raise KeyError(f"'{op_name}' template names unknown '{key}'")
+
+    return _group(_PLACEHOLDER.sub(fill, text))
+
+
+def _group(s: str) -> str:
+    """`s` in parentheses unless it is one name, one call or already one parenthesised group."""
+    head = re.match(r"[\w.]*", s)
+    rest = s[head.end():] if head else s
+    if not rest:
+        return s
+    depth = 0
+    for i, ch in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and (i < len(rest) - 1 or ch != ")"):
+            return f"({s})"
+    return s
+
+
+# the kernel ------------------------------------------------------------------------------------------------
+VECTOR_BYTES = 64  # one AVX-512 register: float16, double8, at most 16 lanes (OpenCL's widest vector)
+LOOP_CHUNK = 16  # elements per work-item when the op runs a scalar loop
+
+
+def coalesce(out: Sequence[int], operands: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """Output dims with unit dims dropped and neighbours merged wherever every operand is contiguous
+    across them, and each operand's element strides over those dims (0 where it broadcasts)."""
+    rank = len(out)
+    per_operand = []
+    for shape in operands:
+        full = (1,) * (rank - len(shape)) + tuple(shape)
+        rm = [int(np.prod(full[k + 1:], dtype=np.int64)) for k in range(rank)]
+        per_operand.append([0 if full[k] == 1 else rm[k] for k in range(rank)])
+    dims: list[int] = []
+    strides: list[list[int]] = [[] for _ in operands]
+    for k in range(rank):
+        if out[k] == 1:
+            continue
+        if dims and all(s[-1] == p[k] * out[k] for s, p in zip(strides, per_operand, strict=True)):
+            dims[-1] *= out[k]
+            for s, p in zip(strides, per_operand, strict=True):
+                s[-1] = p[k]
+            continue
+        dims.append(out[k])
+        for s, p in zip(strides, per_operand, strict=True):
+            s.append(p[k])
+    if not dims:
+        return [1], [[0] for _ in operands]
+    return dims, strides
+
+
+def _check_types(ctx: Ctx) -> None:
+    require_static(*ctx.operands, *ctx.results)
+    for t in [*ctx.operands, *ctx.results]:
+        if t.dtype == "f16":
+            raise NotLowerable("f16 arithmetic needs cl_khr_fp16 (not covered)")
+        if t.dtype == "f64" and not ctx.device.fp64:
+            raise NotLowerable("f64 needs cl_khr_fp64, which the device lacks")
+        ctype(t)
+    if ctx.op_name == "pow" and not ctx.operands[0].is_float and not ctx.device.fp64:
+        raise NotLowerable("integer pow computes in double, which the device lacks")
+
+
+def _row_offset(dims: list[int], strides: list[int]) -> str:
+    """The element offset of an operand at the start of chunk `j` of output row `row`."""
+    terms = []
+    for k, (d, s) in enumerate(zip(dims[:-1], strides[:-1], strict=True)):
+        if s == 0:
+            continue
+        inner = int(np.prod(dims[k + 1:-1], dtype=np.int64))
+        term = "row" if inner == 1 else f"row / {inner}"
+        term = term if k == 0 else f"{term} % {d}"
+        terms.append(term if s == 1 else f"({term}) * {s}")
+    if strides[-1]:
+        terms.append("j")
+    return " + ".join(terms) or "0"
+
+
+def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
+    """The kernel (source and launch sizes) and the schedule it chose."""
+    out, sig = ctx.results[0], ctx.sig
+    ins = ctx.operands
+    dims, strides = coalesce(out.dims, [t.dims for t in ins])
+    idx, L = index_type(*ins, out), dims[-1]
+    rows = out.numel // L if out.numel else 0
+    vec = vectorizable(ctx.op_name, sig)
+    width = min(16, VECTOR_BYTES // out.np_dtype.itemsize) if vec else 1
+    width = int(ctx.schedule.get("vector", width)) if vec else 1
+    if width not in (1, 2, 4, 8, 16):
+        raise NotLowerable(f"schedule vector={width}: OpenCL vectors are 2, 4, 8 or 16 wide")
+    if L < width:
+        width = 1
+    chunk = width if width > 1 else min(L, int(ctx.schedule.get("chunk", LOOP_CHUNK)))
+    cpr = -(-L // chunk)
+    items = rows * cpr
+    t_out = ctype(out)
+    args = [f"__global const {ctype(t)}* in{i}" for i, t in enumerate(ins)] + [f"__global {t_out}* out0"]
+    what = expr(ctx.op_name, sig, [f"in{i}" for i in range(len(ins))])
+    how = f"{t_out}{width} vectors" if width > 1 else f"a loop of {chunk}"
+    lines = [f"// {ctx.op_name}: out0 = {what} -> {out} ({how} per work-item, rows of {L})",
+             f"__kernel void KERNEL({', '.join(args)}) {{"]
+    schedule = {"vector": width, "chunk": chunk, "rows": rows, "row_length": L}
+    if items == 0:
+        return Kernel("\n".join([*lines, "}"]), (0,), None), schedule
+    launch = launch_1d(items, local=int(ctx.schedule.get("local", 64)))
+    schedule["local"] = launch.local_size[0] if launch.local_size else 0
+    body = [f"const {idx} g = get_global_id(0);"]
+    if launch.global_size[0] > items:
+        body.append(f"if (g >= {items}) return;")
+    if rows == 1:  # one row: the chunk is the work-item
+        body.append(f"const {idx} j = g * {chunk}, o = j;" if chunk > 1 else f"const {idx} j = g, o = j;")
+    elif cpr == 1:  # one chunk per row
+        body.append(f"const {idx} row = g, j = 0, o = row * {L};")
+    else:
+        body.append(f"const {idx} row = g / {cpr}, j = (g - row * {cpr}) * {chunk}, o = row * {L} + j;")
+    full = [int(np.prod(dims[k + 1:], dtype=np.int64)) for k in range(len(dims))]
+    offs = []
+    for i, s in enumerate(strides):
+        if s == full:
+            offs.append("o")
+        elif not any(s):
+            offs.append("0")
+        else:
+            body.append(f"const {idx} o{i} = {_row_offset(dims, s)};")
+            offs.append(f"o{i}")
+    names = [f"x{i}" for i in range(len(ins))]
+
+    def scalar_loop(count: str) -> list[str]:
+        loads = [f"const {ctype(t)} {n} = in{i}[{offs[i]}{' + k' if strides[i][-1] else ''}];"
+                 for i, (t, n) in enumerate(zip(ins, names, strict=True))]
+        return [f"for (int k = 0; k < {count}; ++k) {{", *[f"    {ln}" for ln in loads],
+                f"    out0[o + k] = ({t_out}){_group(expr(ctx.op_name, sig, names))};", "}"]
+
+    if width > 1:
+        tv = f"{ctype(ins[-1])}{width}"
+        loads = [f"const {tv} {n} = vload{width}(0, in{i} + {offs[i]});" if strides[i][-1]
+                 else f"const {tv} {n} = ({tv})(in{i}[{offs[i]}]);" for i, n in enumerate(names)]
+        value = expr(ctx.op_name, sig, names, width)
+        value = value[1:-1] if _group(value) == value and value.startswith("(") else value
+        vector = [*loads, f"vstore{width}({value}, 0, out0 + o);"]
+        if L % width == 0:
+            body += vector
+        else:
+            body += [f"if (j + {width} <= {L}) {{", *[f"    {ln}" for ln in vector], "} else {",
+                     *[f"    {ln}" for ln in scalar_loop(f"{L} - j")], "}"]
+    elif L % chunk == 0:
+        body += scalar_loop(str(chunk))
+    else:
+        body += [f"const int n = {L} - j < {chunk} ? {L} - j : {chunk};", *scalar_loop("n")]
+    launch.source = "\n".join([*lines, *[f"    {ln}" for ln in body], "}"])
+    return launch, schedule
+
+
+@template(*RULES)
+def elementwise(ctx: Ctx) -> Lowered:
+    """Every op of `RULES`: one kernel over the (broadcast) output."""
+    _check_types(ctx)
+    _rule(ctx.op_name, ctx.sig)
+    launch, schedule = kernel(ctx)
+    return Lowered([launch], schedule=dict(schedule))

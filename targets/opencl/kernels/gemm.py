@@ -1,0 +1,318 @@
+"""`matmul` and `gemm`: a register-blocked micro-kernel over packed panels (DESIGN §5).
+
+Each work-item computes `rows` output rows x one `float<cols>` column (cols = 16 on AVX-512): per k it loads
+one vector of the B panel and does `rows` FMAs with broadcast A scalars, everything fully unrolled, no
+local memory, no barriers. B is packed to column panels [.., N/cols, K, cols] (a `pack` op: once at load
+time when B is a constant); A is packed by a first kernel into row panels [.., M/rows, K, rows] in scratch
+`tmp0`, zero-padded, so the main loop never guards an M-tail (only the stores do). Alpha, beta * C and an
+optional fused `epilogue` are applied per stored vector.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ....ir.types import TensorType
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
+
+# A fused epilogue: (value expression, flat output index of its first lane, lanes) -> new expression of
+# the same type. `value` is a `float` (lanes == 1) or a `float<lanes>` whose lanes are consecutive output
+# elements starting at `index`; e.g. ReLU is `lambda v, i, n: f"fmax({v}, 0.0f)"`.
+Epilogue = Callable[[str, str, int], str]
+
+
+def check_float32(op: str, *types: TensorType) -> None:
+    require_static(*types)
+    for t in types:
+        if t.dtype != "f32":
+            raise NotLowerable(f"'{op}' OpenCL template supports f32 only, got {t.dtype}")
+
+
+def pick_rows(m: int, lo: int = 14, hi: int = 24, prefer: int = 16) -> int:
+    """Micro-kernel rows for an M of m: all of it when small, else the size in [lo, hi] padding M least."""
+    if m <= hi:
+        return m
+    return min(range(lo, hi + 1), key=lambda r: (math.ceil(m / r) * r, abs(r - prefer)))
+
+
+def pick_cols(n: int, width: int = 16) -> int:
+    """Vector width along N: `width`, or the smallest power of two covering a narrower N."""
+    return width if n > width // 2 else 1 << max(0, (n - 1).bit_length())
+
+
+def vtype(cols: int) -> str:
+    return "float" if cols == 1 else f"float{cols}"
+
+
+def vload(cols: int, ptr: str) -> str:
+    return f"*({ptr})" if cols == 1 else f"vload{cols}(0, {ptr})"
+
+
+def pick_local(groups_total: int, want: int = 4, min_groups: int = 16) -> int:
+    local = want
+    while local > 1 and (groups_total % local or groups_total // local < min_groups):
+        local //= 2
+    return local
+
+
+def store_vector(cols: int, acc: str, out: str, index: str, limit: str | None,
+                 value: Callable[[str, str, int], str], indent: str) -> list[str]:
+    """Store `acc` (float<cols>) at out[index..], lanes at or past `limit` (a C bound on the lane count,
+    None when all lanes are in range) dropped; `value(expr, index, lanes)` gives what is stored."""
+    if cols == 1:
+        return [f"{indent}{out}[{index}] = {value(acc, index, 1)};"]
+    full = f"{indent}vstore{cols}({value(acc, index, cols)}, 0, {out} + {index});"
+    if limit is None:
+        return [full]
+    return [f"{indent}if ({limit} >= {cols}) {{", "    " + full,
+            f"{indent}}} else {{",
+            f"{indent}    float t[{cols}];",
+            f"{indent}    vstore{cols}({acc}, 0, t);",
+            f"{indent}    for (int j = 0; j < {limit}; ++j)",
+            f"{indent}        {out}[{index} + j] = {value('t[j]', f'{index} + j', 1)};",
+            f"{indent}}}"]
+
+
+@dataclass
+class Gemm:
+    """One (batched) contraction Y[b, m, n] = epi(sum_k A[b, m, k] * B[b, k, n]) in the packed layouts."""
+
+    batch: tuple[int, ...]  # the result's batch dims
+    a_batch_strides: tuple[int, ...]  # A panels' element stride per result batch dim (0: broadcast)
+    b_batch_strides: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    rows: int
+    cols: int
+
+    @property
+    def mb(self) -> int:
+        return math.ceil(self.m / self.rows)
+
+    @property
+    def nb(self) -> int:
+        return math.ceil(self.n / self.cols)
+
+
+def batch_offset(var: str, batch: Sequence[int], strides: Sequence[int]) -> str:
+    """C expression of the element offset of flat batch index `var` given per-dim strides."""
+    terms, inner = [], 1
+    for d, s in reversed(list(zip(batch, strides, strict=True))):
+        if s and d > 1:
+            terms.append(f"(({var} / {inner}) % {d}) * {s}" if inner > 1 else f"({var} % {d}) * {s}")
+        inner *= d
+    return " + ".join(reversed(terms)) or "0"
+
+
+def pack_a_source(g: Gemm, trans: bool, a_batch: tuple[int, ...]) -> Kernel:
+    """A [.., M, K] (or [.., K, M] when `trans`) -> row panels [.., M/rows, K, rows], zero-padded."""
+    r, m, k = g.rows, g.m, g.k
+    nbatch = math.prod(a_batch)
+    src = f"""// pack A into row panels: [{nbatch}][{m}][{k}]{' (stored transposed)' if trans else ''} -> \
+[{nbatch}][{g.mb}][{k}][{r}], rows >= {m} zero
+__kernel void KERNEL(__global const float* restrict A, __global float* restrict P) {{
+    const int k = get_global_id(0);
+    const int mb = get_global_id(1);
+    const int b = get_global_id(2);
+    if (k >= {k}) return;
+    const __global float* a = A + b * {m * k};
+    __global float* p = P + ((b * {g.mb} + mb) * {k} + k) * {r};
+    for (int r = 0; r < {r}; ++r) {{
+        const int m = mb * {r} + r;
+        p[r] = m < {m} ? a[{'k * ' + str(m) + ' + m' if trans else 'm * ' + str(k) + ' + k'}] : 0.0f;
+    }}
+}}
+"""
+    local = pick_local(math.ceil(k / 16) * 16, 16, 1)
+    return Kernel(src, (math.ceil(k / local) * local, g.mb, nbatch), (local, 1, 1), ("in0", "tmp0"))
+
+
+def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str] | None = None,
+                epilogue: Epilogue | None = None, n_inputs: int = 2) -> str:
+    """The micro-kernel. `bias(value, lanes, m, n0)` rewrites each stored value (alpha and beta * C of
+    gemm), `epilogue` the fusion hook. Arguments: A panels, B panels, then `in2..`, then Y."""
+    r, c, m, k, n = g.rows, g.cols, g.m, g.k, g.n
+    vt = vtype(c)
+    # independent accumulator sets over k when few rows leave the FMA chain latency-bound (GEMV)
+    ksplit = 4 if r == 1 else 2 if r <= 3 else 1
+    ins = ["__global const float* restrict A", "__global const float* restrict B"]
+    ins += [f"__global const float* restrict in{i}" for i in range(2, n_inputs)]
+    lines = [f"// Y[{', '.join(map(str, g.batch + (m, n)))}] = A[.., {m}, {k}] @ B[.., {k}, {n}]: "
+             f"{r} rows x one {vt} column per work-item",
+             f"// A panels [.., {g.mb}, {k}, {r}] ({a_arg}), B panels [.., {g.nb}, {k}, {c}]",
+             f"__kernel void KERNEL({', '.join(ins)}, __global float* restrict Y) {{",
+             "    const int mb = get_global_id(0);",
+             "    const int nb = get_global_id(1);",
+             "    const int b = get_global_id(2);",
+             f"    if (mb >= {g.mb}) return;",
+             f"    const __global float* a = A + {batch_offset('b', g.batch, g.a_batch_strides)}"
+             f" + mb * {k * r};",
+             f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
+             f" + nb * {k * c};"]
+    accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
+    for s in range(ksplit):
+        lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs[s])};")
+
+    def step(s: int, kk: str) -> list[str]:
+        out = [f"        const {vt} b{s} = {vload(c, f'bp + ({kk}) * {c}')};",
+               f"        const __global float* a{s} = a + ({kk}) * {r};"]
+        out += [f"        {accs[s][i]} = mad(a{s}[{i}], b{s}, {accs[s][i]});" for i in range(r)]
+        return out
+
+    main = k - k % ksplit
+    lines.append(f"    for (int k = 0; k < {main}; k += {ksplit}) {{")
+    for s in range(ksplit):
+        lines += step(s, f"k + {s}" if s else "k")
+    lines.append("    }")
+    if main < k:
+        lines.append(f"    for (int k = {main}; k < {k}; ++k) {{")
+        lines += step(0, "k")
+        lines.append("    }")
+    for s in range(1, ksplit):
+        lines += [f"    {accs[0][i]} += {accs[s][i]};" for i in range(r)]
+    # epilogue: row m of the tile goes to Y[b][m][n0 ..]
+    lines.append(f"    const int n0 = nb * {c};")
+    limit = None if n % c == 0 else f"{n} - n0"
+    for i in range(r):
+        row = f"mb * {r} + {i}"
+        guard = m % r != 0 and i >= m % r and g.mb > 0
+
+        def val(v: str, idx: str, lanes: int, row: str = row) -> str:
+            if bias is not None:
+                v = bias(v, lanes, row, "n0" if lanes > 1 else f"(({idx}) % {n})")
+            return epilogue(v, idx, lanes) if epilogue else v
+
+        ind = "        " if guard else "    "
+        if guard:
+            lines.append(f"    if ({row} < {m}) {{")
+        lines += store_vector(c, accs[0][i], "Y", f"(b * {m} + {row}) * {n} + n0", limit, val, ind)
+        if guard:
+            lines.append("    }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def flit(x: float) -> str:
+    """A float as an OpenCL C literal."""
+    return f"{float(x)!r}f"
+
+
+def row_strides(dims: Sequence[int], unit: int) -> list[int]:
+    out, acc = [], unit
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def aligned_strides(batch: Sequence[int], own: Sequence[int], unit: int) -> tuple[int, ...]:
+    """Per result batch dim, the stride of an operand's (right-aligned, broadcast) batch dims in `unit`s."""
+    strides = row_strides(own, unit)
+    lead = len(batch) - len(own)
+    return tuple(0 if i < lead or own[i - lead] == 1 else strides[i - lead] for i in range(len(batch)))
+
+
+def tile_params(ctx: Ctx, m: int, n: int) -> tuple[int, int]:
+    rows = int(ctx.schedule.get("rows", pick_rows(m)))
+    cols = int(ctx.schedule.get("cols", pick_cols(n, max(1, min(16, ctx.device.vector_width)))))
+    if not 1 <= rows <= 32:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} is outside 1..32")
+    if cols not in (1, 2, 4, 8, 16):
+        raise NotLowerable(f"'{ctx.op_name}' schedule cols={cols} is not 1, 2, 4, 8 or 16")
+    return rows, cols
+
+
+def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: bool, trans_b: bool,
+                      b_rank: int, bias: Callable[[str, int, str, str], str] | None,
+                      epilogue: Epilogue | None) -> Lowered:
+    """Kernels, packing and scratch of one contraction whose A and B are operands 0 and 1."""
+    kernels: list[Kernel] = []
+    pack: dict[int, PackSpec] = {}
+    scratch: list[int] = []
+    a_rank = ctx.operands[0].rank
+    # A row panels [.., M/rows, K, rows]: already so when rows == 1 (and A is not transposed, or M == 1)
+    if g.rows > 1 or (trans_a and g.m > 1):
+        if ctx.is_constant(0):
+            pack[0] = (PackSpec((a_rank - 1,), (g.rows,), (1, 0)) if trans_a
+                       else PackSpec((a_rank - 2,), (g.rows,)))
+            a_arg = "packed at load time"
+        else:
+            kernels.append(pack_a_source(g, trans_a, a_batch))
+            scratch.append(4 * math.prod(a_batch) * g.mb * g.k * g.rows)
+            a_arg = "packed by the first kernel into tmp0"
+    else:
+        a_arg = "A itself"
+    # B column panels [.., N/cols, K, cols]
+    if g.cols > 1 or g.n > 1:
+        if trans_b:
+            pack[1] = PackSpec((b_rank - 2,), (g.cols,))
+        else:
+            perm = tuple(range(b_rank - 2)) + (b_rank - 1, b_rank - 2)
+            pack[1] = PackSpec((b_rank - 1,), (g.cols,), perm)
+    n_in = len(ctx.operands)
+    src = gemm_source(g, a_arg=a_arg, bias=bias, epilogue=epilogue, n_inputs=n_in)
+    nbatch = math.prod(g.batch)
+    local = 4
+    while local > 1 and math.ceil(g.mb / local) * g.nb * nbatch < 16:
+        local //= 2
+    args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), "out0")
+    kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, g.nb, nbatch), (local, 1, 1), args))
+    return Lowered(kernels, scratch, pack, {"rows": g.rows, "cols": g.cols})
+
+
+@template("matmul")
+def matmul(ctx: Ctx) -> Lowered:
+    return lower_matmul(ctx)
+
+
+def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+    """numpy matmul: batch dims broadcast; a 1-D A is one row, a 1-D B one column."""
+    a, b = ctx.operands
+    check_float32("matmul", a, b, *ctx.results)
+    ad = a.dims if a.rank >= 2 else (1, a.dims[0])
+    bd = b.dims if b.rank >= 2 else (b.dims[0], 1)
+    (m, k), n = ad[-2:], bd[-1]
+    ab, bb = ad[:-2], bd[:-2]
+    batch = tuple(ctx.results[0].dims[:len(ctx.results[0].dims) - (a.rank >= 2) - (b.rank >= 2)])
+    rows, cols = tile_params(ctx, m, n)
+    g = Gemm(batch, (), (), m, k, n, rows, cols)
+    g.a_batch_strides = aligned_strides(batch, ab, g.mb * k * rows)
+    g.b_batch_strides = aligned_strides(batch, bb, g.nb * k * cols)
+    return lower_contraction(ctx, g, a_batch=ab, trans_a=False, trans_b=False, b_rank=max(2, b.rank),
+                             bias=None, epilogue=epilogue)
+
+
+@template("gemm")
+def gemm(ctx: Ctx) -> Lowered:
+    return lower_gemm(ctx)
+
+
+def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+    """alpha * op(A) @ op(B) + beta * C, C broadcast to [M, N], applied in the epilogue."""
+    a, b = ctx.operands[:2]
+    check_float32("gemm", *ctx.operands, *ctx.results)
+    ta, tb = bool(ctx.attr("trans_a")), bool(ctx.attr("trans_b"))
+    m, k = reversed(a.dims) if ta else a.dims
+    n = b.dims[0] if tb else b.dims[1]
+    rows, cols = tile_params(ctx, m, n)
+    g = Gemm((), (), (), m, k, n, rows, cols)
+    alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
+    c = ctx.operands[2] if len(ctx.operands) > 2 else None
+
+    def bias(v: str, lanes: int, row: str, col: str) -> str:
+        v = v if alpha == 1 else f"{flit(alpha)} * {v}"
+        if c is None or beta == 0:
+            return v
+        cm, cn = ((1, 1) + c.dims)[-2:]
+        base = f"({row}) * {cn}" if cm > 1 else "0"
+        if cn > 1:
+            cv = vload(lanes, f"in2 + {base} + {col}") if lanes > 1 else f"in2[{base} + {col}]"
+        else:
+            cv = f"in2[{base}]"
+        return f"{v} + {cv}" if beta == 1 else f"{v} + {flit(beta)} * {cv}"
+
+    return lower_contraction(ctx, g, a_batch=(), trans_a=ta, trans_b=tb, b_rank=2,
+                             bias=bias if (alpha != 1 or c is not None) else None, epilogue=epilogue)

@@ -1,0 +1,294 @@
+"""Pooling and resampling kernels: max_pool2d, avg_pool2d, global_avg_pool, global_max_pool, resize.
+
+2-D pooling: each work-item computes V consecutive outputs of one output row. Blocks whose every column
+tap lies inside the row (decided at code-generation time, so the interior of a feature map) load each tap
+as one vector (`vload`, or for stride 2 the even/odd lanes of one double-width load shared by two taps)
+with no per-tap bounds checks; only a row check per kernel row remains. Edge blocks run a checked scalar
+loop. Sums add taps in the reference's order and divide by the reference's window count, so avg_pool
+matches numpy to the last bit; max propagates NaN as numpy's maximum does.
+
+Global pools: one work-item per (n, c) plane, V-wide accumulators over the plane, then a lane reduction.
+
+Resize: the source coordinates of every resized axis are computed here with the reference's own numpy
+code and baked into the kernel as `__constant` tables (nearest: indices; linear: low/high indices and
+both weights), so rounding ties and weights are those of the reference; linear lerps the axes in the
+reference's order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ....ir.types import TensorType
+from .base import (
+    Ctx,
+    Kernel,
+    Lowered,
+    NotLowerable,
+    ctype,
+    index_type,
+    launch_1d,
+    require_static,
+    row_major_strides,
+    template,
+)
+from .movement import CopySpec, Term, copy_kernel, elem
+
+FLOATS = ("f32", "f64")
+
+
+def _float_type(ctx: Ctx) -> tuple[TensorType, TensorType, str]:
+    require_static(*ctx.operands, *ctx.results)
+    x, y = ctx.operands[0], ctx.results[0]
+    if x.dtype not in FLOATS:
+        raise NotLowerable(f"{ctx.op_name} on {x.dtype}: the OpenCL kernels cover f32 and f64")
+    return x, y, ctype(x)
+
+
+def _lit(v: float, T: str) -> str:
+    return repr(float(v)) + ("f" if T == "float" else "")
+
+
+def _max(acc: str, v: str, vector: bool, mask: bool = False) -> str:
+    """acc = max(acc, v) with NaN winning, as numpy's maximum (`mask`: fmax, and a sticky mask `bad` of
+    NaN lanes that the caller applies at the end)."""
+    if mask:
+        return f"{acc} = fmax({acc}, {v}); bad |= isnan({v});"
+    if vector:
+        return f"{acc} = select({acc}, {v}, isgreater({v}, {acc}) | isnan({v}));"
+    return f"{acc} = ({v} > {acc} || isnan({v})) ? {v} : {acc};"
+
+
+# max_pool2d / avg_pool2d ----------------------------------------------------------------------------------
+@template("max_pool2d", "avg_pool2d")
+def pool2d(ctx: Ctx) -> Lowered:
+    x, y, T = _float_type(ctx)
+    is_max = ctx.op_name == "max_pool2d"
+    n, c, h, w = x.dims
+    ho, wo = y.dims[2:]
+    k0, k1 = (int(v) for v in ctx.attr("kernel"))
+    s0, s1 = (int(v) for v in ctx.attr("strides"))
+    p = [int(v) for v in ctx.attr("pads")]
+    d0, d1 = (int(v) for v in ctx.attr("dilations")) if is_max else (1, 1)
+    include = not is_max and bool(ctx.attr("count_include_pad"))
+    idx = index_type(x, y)
+    if not y.numel:
+        from .movement import empty_kernel
+
+        return Lowered([empty_kernel(f"{ctx.op_name}: empty result", T)])
+    offsets = [j * d1 for j in range(k1)]  # column offset of each tap from the window start
+    first = -(-p[1] // s1)  # the first output whose window starts inside the row
+    v, loads, bmax = 1, {}, -1
+    for cand in (16, 8, 4, 2):
+        if cand * x.itemsize > 64 or cand > wo or s1 > 2 or (s1 == 2 and cand > 8):
+            continue
+        cand_loads = _tap_loads(offsets, s1, cand)
+        span = max(b + (2 * cand - 1 if s1 == 2 else cand - 1) for b, _ in cand_loads.values())
+        last = min(wo - cand, (w - 1 - span + p[1]) // s1)  # the last vector start reading inside the row
+        if last >= first:
+            v, loads, bmax = cand, cand_loads, last
+            break
+    init = "(-INFINITY)" if is_max else _lit(0.0, T)
+    what = (f"{ctx.op_name} kernel=[{k0}, {k1}] strides=[{s0}, {s1}] pads={p} dilations=[{d0}, {d1}]"
+            f"{' count_include_pad' if include else ''}: {list(x.dims)} -> {list(y.dims)}, one output row "
+            f"per item")
+    lo_h, hi_h = (-p[0], h + p[2]) if include else (0, h)
+    lo_w, hi_w = (-p[1], w + p[3]) if include else (0, w)
+    lines = [f"// {what}",
+             f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
+             f"    const {idx} g = get_global_id(0);", f"    if (g >= {n * c * ho}) return;",
+             f"    const int oh = g % {ho};",
+             f"    __global const {T}* xp = in0 + (g / {ho}) * {h * w};",
+             f"    __global {T}* yp = out0 + g * {wo};",
+             f"    const int hs = oh * {s0} - {p[0]};",
+             "    // the kernel rows inside the input",
+             f"    const int i0 = hs < 0 ? (-hs + {d0 - 1}) / {d0} : 0;",
+             f"    const int i1 = min({k0}, ({h - 1} - hs) / {d0} + 1);"]
+    if not is_max:
+        lines.append(f"    const int ch = min(hs + {k0}, {hi_h}) - max(hs, {lo_h});")
+
+    def scalar(lo: str, hi: str) -> list[str]:
+        out = [f"    for (int ow = {lo}; ow < {hi}; ow++) {{  // edge outputs: taps clipped to the row",
+               f"        const int ws = ow * {s1} - {p[1]};",
+               f"        const int j0 = ws < 0 ? (-ws + {d1 - 1}) / {d1} : 0;",
+               f"        const int j1 = min({k1}, ({w - 1} - ws) / {d1} + 1);",
+               f"        {T} acc = {init};",
+               "        for (int i = i0; i < i1; i++) {",
+               f"            __global const {T}* row = xp + (hs + i * {d0}) * {w} + ws;",
+               "            for (int j = j0; j < j1; j++) "
+               + (_max("acc", f"row[j * {d1}]", False) if is_max else f"acc += row[j * {d1}];"),
+               "        }"]
+        if is_max:
+            return out + ["        yp[ow] = acc;", "    }"]
+        return out + [f"        const int cw = min(ws + {k1}, {hi_w}) - max(ws, {lo_w});",
+                      f"        yp[ow] = acc / ({T})(ch * cw);", "    }"]
+
+    if v == 1:
+        lines += scalar("0", str(wo))
+    else:
+        TV = f"{T}{v}"
+        nblk = -(-(bmax - first) // v) + 1
+        lines += scalar("0", str(first)) if first else []
+        lines += [f"    for (int m = 0; m < {nblk}; m++) {{  // interior: {v} outputs a step, unchecked",
+                  f"        const int ow0 = min({first} + m * {v}, {bmax});",
+                  f"        __global const {T}* win = xp + ow0 * {s1} - {p[1]};",
+                  f"        {TV} acc = ({TV}){init};",
+                  *([f"        {'long' if T == 'double' else 'int'}{v} bad = 0;"] if is_max else []),
+                  "        for (int i = i0; i < i1; i++) {",
+                  f"            __global const {T}* row = win + (hs + i * {d0}) * {w};"]
+        done: set[int] = set()
+        for off in offsets:
+            if s1 == 1:
+                val = f"vload{v}(0, row + {off})"
+            else:  # stride 2: even/odd lanes of one 2V-wide load serve two taps
+                base, lanes = loads[off]
+                if base not in done:
+                    done.add(base)
+                    lines.append(f"            const {T}{2 * v} l{base} = vload{2 * v}(0, row + {base});")
+                val = f"l{base}.{lanes}"
+            lines.append("            " + (_max("acc", val, True, mask=True) if is_max else f"acc += {val};"))
+        res = f"select(acc, ({TV})NAN, bad)" if is_max else f"acc / ({T})(ch * {k1})"
+        lines += ["        }", f"        vstore{v}({res}, 0, yp + ow0);", "    }"]
+        if bmax + v < wo:
+            lines += scalar(str(bmax + v), str(wo))
+    lines.append("}")
+    kern = launch_1d(n * c * ho)
+    return Lowered([Kernel("\n".join(lines) + "\n", kern.global_size, kern.local_size)],
+                   schedule={"vec": v})
+
+
+def _tap_loads(offsets: list[int], stride: int, v: int) -> dict[int, tuple[int, str]]:
+    """For stride 2: tap offset -> (offset of the 2V-wide load, 'even' or 'odd' lanes), so that two taps
+    share a load and no load reads past the last element the taps need."""
+    if stride != 2:
+        return {o: (o, "") for o in offsets}
+    out: dict[int, tuple[int, str]] = {}
+    bases: set[int] = set()
+    for o in offsets:
+        if o - 1 in bases:
+            out[o] = (o - 1, "odd")
+        elif o in bases:
+            out[o] = (o, "even")
+        elif o == offsets[-1] and o >= 1:
+            bases.add(o - 1)
+            out[o] = (o - 1, "odd")
+        else:
+            bases.add(o)
+            out[o] = (o, "even")
+    return out
+
+
+# global_avg_pool / global_max_pool ------------------------------------------------------------------------
+@template("global_avg_pool", "global_max_pool")
+def global_pool(ctx: Ctx) -> Lowered:
+    x, y, T = _float_type(ctx)
+    is_max = ctx.op_name == "global_max_pool"
+    planes, size = x.dims[0] * x.dims[1], math.prod(x.dims[2:])
+    idx = index_type(x, y)
+    if not planes:
+        from .movement import empty_kernel
+
+        return Lowered([empty_kernel(f"{ctx.op_name}: empty result", T)])
+    v = next(v for v in (16, 8, 4, 2, 1) if v * x.itemsize <= 64 and v <= max(size, 1))
+    full = size // v * v
+    init = "(-INFINITY)" if is_max else _lit(0.0, T)
+    acc = f"{T}{v}" if v > 1 else T
+    lines = [f"// {ctx.op_name}: out0[p] = {'max' if is_max else 'mean'} of the {size} elements of plane p "
+             f"of "
+             f"{list(x.dims)} ({v}-wide accumulator)",
+             f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
+             f"    const {idx} g = get_global_id(0);", f"    if (g >= {planes}) return;",
+             f"    __global const {T}* xp = in0 + g * {size};", f"    {acc} a = ({acc}){init};"]
+    load = f"vload{v}(0, xp + i)" if v > 1 else "xp[i]"
+    lines += [f"    for (int i = 0; i < {full}; i += {v}) {{",
+              f"        {_max('a', load, v > 1)}" if is_max else f"        a += {load};", "    }"]
+    width = v
+    while width > 1:  # fold the lanes: halves until one is left
+        half = width // 2
+        lo, hi = ("a.lo", "a.hi") if width == v else (f"b{width}.lo", f"b{width}.hi")
+        typ = f"{T}{half}" if half > 1 else T
+        lines.append(f"    {typ} b{half} = {lo};")
+        lines.append(f"    {_max(f'b{half}', hi, half > 1)}" if is_max else f"    b{half} += {hi};")
+        width = half
+    r = "b1" if v > 1 else "a"
+    for i in range(full, size):
+        lines.append(f"    {_max(r, f'xp[{i}]', False)}" if is_max else f"    {r} += xp[{i}];")
+    lines += [f"    out0[g] = {r if is_max else f'{r} / ({T}){size}'};", "}"]
+    kern = launch_1d(planes)
+    return Lowered([Kernel("\n".join(lines) + "\n", kern.global_size, kern.local_size)], schedule={"vec": v})
+
+
+# resize ---------------------------------------------------------------------------------------------------
+def _table(name: str, ctype_: str, values: np.ndarray, fmt=str) -> str:
+    return f"__constant {ctype_} {name}[{len(values)}] = {{{', '.join(fmt(v) for v in values)}}};"
+
+
+@template("resize")
+def resize(ctx: Ctx) -> Lowered:
+    from ....ir.ops.resize import _nearest, _source_coords
+
+    require_static(*ctx.operands, *ctx.results)
+    x, y = ctx.operands[0], ctx.results[0]
+    T = elem(x)
+    idx = index_type(x, y)
+    mode, ctm, nm = ctx.attr("mode"), ctx.attr("coordinate_transformation_mode"), ctx.attr("nearest_mode")
+    if mode == "linear" and x.dtype not in FLOATS:
+        raise NotLowerable(f"linear resize on {x.dtype}")
+    scales = [float(s) for s in ctx.attr("scales")]
+    strides = row_major_strides(x.dims)
+    what = f"resize {mode} {ctm}{f' {nm}' if mode == 'nearest' else ''}: {list(x.dims)} -> {list(y.dims)}"
+    tables, axes = [], []
+    terms: list[list[Term]] = []
+    for ax, (n_in, n_out) in enumerate(zip(x.dims, y.dims, strict=True)):
+        scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
+        if (n_in == n_out and scale == 1) or not n_out or not n_in:
+            terms.append([Term(strides[ax])])
+            continue
+        coords = _source_coords(n_out, n_in, scale, ctm)
+        axes.append(ax)
+        if mode == "nearest":
+            ix = np.clip(_nearest(coords, nm), 0, n_in - 1).astype(np.int64)
+            tables.append(_table(f"KERNEL_ix{ax}", "int", ix))
+            terms.append([Term(strides[ax], "raw", expr=f"KERNEL_ix{ax}[@]")])
+            continue
+        cc = np.clip(coords, 0, n_in - 1)
+        lo = np.floor(cc).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        frac = (cc - lo).astype(x.np_dtype)
+        wlo = (x.np_dtype.type(1) - frac).astype(x.np_dtype)
+        tables += [_table(f"KERNEL_lo{ax}", "int", lo), _table(f"KERNEL_hi{ax}", "int", hi),
+                   _table(f"KERNEL_wl{ax}", T, wlo, lambda f: _lit(f, T)),
+                   _table(f"KERNEL_wh{ax}", T, frac, lambda f: _lit(f, T))]
+        terms.append([])
+    if mode == "nearest" or not axes:
+        k = copy_kernel(what, CopySpec(list(y.dims), terms), x, idx)
+        k.source = "\n".join(tables) + ("\n" if tables else "") + k.source
+        return Lowered([k])
+    if len(axes) > 4:
+        raise NotLowerable(f"linear resize over {len(axes)} axes (at most 4)")
+    rank = y.rank
+    lines = [f"// {what}: separable lerps, axis {axes[0]} first as the reference does", *tables,
+             f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
+             f"    const {idx} g = get_global_id(0);", f"    if (g >= {y.numel}) return;",
+             f"    {idx} r = g;"]
+    for d in range(rank - 1, 0, -1):
+        lines.append(f"    const {idx} c{d} = r % {y.dims[d]}; r /= {y.dims[d]};")
+    lines.append(f"    const {idx} c0 = r;")
+    base = [tm.code(f"c{d}") for d in range(rank) for tm in terms[d]]
+    lines.append(f"    const {idx} s = {' + '.join(base) or '0'};")
+    for a in axes:
+        lines.append(f"    const {idx} lo{a} = ({idx})KERNEL_lo{a}[c{a}] * {strides[a]}, "
+                     f"hi{a} = ({idx})KERNEL_hi{a}[c{a}] * {strides[a]};")
+        lines.append(f"    const {T} wl{a} = KERNEL_wl{a}[c{a}], wh{a} = KERNEL_wh{a}[c{a}];")
+
+    def lerp(j: int, picks: list[str]) -> str:
+        if j < 0:
+            return f"in0[s + {' + '.join(picks)}]"
+        a = axes[j]
+        return (f"({lerp(j - 1, [f'lo{a}', *picks])} * wl{a} + {lerp(j - 1, [f'hi{a}', *picks])} * wh{a})")
+
+    lines += [f"    out0[g] = {lerp(len(axes) - 1, [])};", "}"]
+    k = launch_1d(y.numel)
+    return Lowered([Kernel("\n".join(lines) + "\n", k.global_size, k.local_size)])

@@ -1,0 +1,630 @@
+"""OpenCL templates of the reduction family: `reduce_*` over any set of axes, `argmax` / `argmin`, `cumsum` /
+`cumprod` and `top_k`.
+
+Kernel shapes (DESIGN.md §5: on PoCL's CPU device one work-item per output looping over the reduced extent
+beats barrier trees). The operand's dims are first simplified: size-1 dims dropped, neighbours that are both
+reduced or both kept merged. Then
+- innermost group reduced ("row" kernel): one work-item per output; it loops over the outer reduced groups
+  and reads the contiguous innermost run with `vloadN` into an N-lane accumulator, folded to a scalar at
+  the end (global average pooling, softmax-style rows);
+- innermost group kept ("column" kernel): one work-item per N consecutive outputs, each lane its own
+  accumulator, every reduced position one `vloadN` (reducing the batch or channel dim of NCHW);
+- few outputs with a long reduction: the work is split over the outermost reduced group (and the
+  contiguous run) into partial results in `tmp0`, which a second kernel combines and finishes.
+Float sums are blocked for accuracy: vector partial sums flushed into an outer accumulator every 256 adds,
+so the error of a 1M-element f32 sum stays near numpy's pairwise sum. Integer sums and products wrap (they
+accumulate in the unsigned type of the same width), as the references do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ir.ops.reduce import reduced_axes
+from ....ir.ops.registry import norm_axis
+from ....ir.types import TensorType
+from .base import Ctx, DeviceInfo, Kernel, Lowered, NotLowerable, ctype, launch_1d, require_static, template
+
+BLOCK = 256  # float adds into a partial accumulator before it is flushed into the outer one
+SPLIT_MIN = 16384  # reduced elements per output from which a reduction with few outputs is split
+SPLIT_CHUNK = 4096  # fewest reduced elements per split
+TARGET_ITEMS = 64  # work-items a split reduction aims for
+SIZES = {"float": 4, "double": 8, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4,
+         "long": 8, "ulong": 8}
+LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "uchar": ("0", "UCHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
+          "ushort": ("0", "USHRT_MAX"), "int": ("INT_MIN", "INT_MAX"), "uint": ("0", "UINT_MAX"),
+          "long": ("LONG_MIN", "LONG_MAX"), "ulong": ("0", "ULONG_MAX"),
+          "float": ("-INFINITY", "INFINITY"), "double": ("-INFINITY", "INFINITY")}
+
+
+# shared helpers (norm.py uses them too) -----------------------------------------------------------------
+def elem_ctype(t: TensorType, device: DeviceInfo) -> str:
+    """The OpenCL type of `t`'s elements, refusing what the templates cannot compute with."""
+    c = ctype(t)
+    if c not in SIZES:
+        raise NotLowerable(f"element type {t.dtype} is not supported by this template")
+    if c == "double" and not device.fp64:
+        raise NotLowerable("f64 needs cl_khr_fp64")
+    return c
+
+
+def is_float(c: str) -> bool:
+    return c in ("float", "double")
+
+
+def vec_width(c: str, device: DeviceInfo) -> int:
+    """Lanes of one SIMD register (the device's float width, scaled by element size), at most 16."""
+    return max(1, min(16, device.vector_width * 4 // SIZES[c]))
+
+
+def flit(v: float, c: str) -> str:
+    """A C literal of value `v` in float type `c`, exact for that type."""
+    if np.isnan(v):
+        return "NAN"
+    if np.isinf(v):
+        return "INFINITY" if v > 0 else "-INFINITY"
+    x = np.float32(v) if c == "float" else np.float64(v)
+    if x == int(x) and abs(x) < 2**24:
+        text = f"{int(x)}.0"
+    elif 1e-4 <= abs(x) < 1e6:
+        text = np.format_float_positional(x, unique=True, trim="0")
+    else:
+        text = np.format_float_scientific(x, unique=True, trim="0")
+    return text + ("f" if c == "float" else "")
+
+
+@dataclass(frozen=True)
+class V:
+    """C spellings for values of `c` handled `w` lanes at a time (w == 1: scalars)."""
+
+    c: str
+    w: int
+
+    @property
+    def t(self) -> str:
+        return self.c if self.w == 1 else f"{self.c}{self.w}"
+
+    def load(self, ptr: str, off: str) -> str:
+        return f"{ptr}[{off}]" if self.w == 1 else f"vload{self.w}(0, {ptr} + {off})"
+
+    def store(self, val: str, ptr: str, off: str) -> str:
+        return f"{ptr}[{off}] = {val};" if self.w == 1 else f"vstore{self.w}({val}, 0, {ptr} + {off});"
+
+    def splat(self, scalar: str) -> str:
+        return scalar if self.w == 1 else f"({self.t})({scalar})"
+
+    def to(self, val: str, c: str) -> str:
+        """`val` reinterpreted as type `c` of the same size (a modular conversion for integers)."""
+        if c == self.c:
+            return val
+        return f"({c})({val})" if self.w == 1 else f"as_{c}{self.w}({val})"
+
+    def pick(self, a: str, b: str, cond_vec: str, cond_scalar: str) -> str:
+        """`b` where the condition holds, else `a`."""
+        if self.w == 1:
+            return f"({cond_scalar}) ? {b} : {a}"
+        return f"select({a}, {b}, {cond_vec})"
+
+
+def combine(kind: str, v: V, a: str, b: str) -> str:
+    """The C expression combining accumulator `a` with value `b`; max/min propagate NaN as numpy does."""
+    if kind == "add":
+        return f"{a} + {b}"
+    if kind == "mul":
+        return f"{a} * {b}"
+    if not is_float(v.c):
+        return f"{kind}({a}, {b})"
+    rel, srel = ("isgreater", ">") if kind == "max" else ("isless", "<")
+    return v.pick(a, b, f"{rel}({b}, {a}) | isnan({b})", f"{b} {srel} {a} || isnan({b})")
+
+
+def fold_lanes(kind: str, v: V, acc: str) -> list[str]:
+    """Statements folding vector `acc` into the scalar `{acc}_s` by halves (a pairwise order)."""
+    lines, w, name = [], v.w, acc
+    while w > 1:
+        half = V(v.c, w // 2)
+        lo, hi = (f"{name}.s0", f"{name}.s1") if w == 2 else (f"{name}.lo", f"{name}.hi")
+        new = f"{acc}_{w // 2}" if w > 2 else f"{acc}_s"
+        lines.append(f"{half.t} {new} = {combine(kind, half, lo, hi)};")
+        name, w = new, w // 2
+    if v.w == 1:
+        lines.append(f"{v.t} {acc}_s = {acc};")
+    return lines
+
+
+def simplify(shape: tuple[int, ...], reduced: set[int]) -> list[list[int]]:
+    """[size, stride, is_reduced] groups after dropping size-1 dims and merging same-kind neighbours."""
+    groups: list[list[int]] = []
+    for i, d in enumerate(shape):
+        if d == 1:
+            continue
+        r = int(i in reduced)
+        if groups and groups[-1][2] == r:
+            groups[-1][0] *= d
+        else:
+            groups.append([d, 0, r])
+    acc = 1
+    for g in reversed(groups):
+        g[1] = acc
+        acc *= g[0]
+    return groups
+
+
+def offset_code(idx: str, groups: list[list[int]], out: str, it: str) -> list[str]:
+    """Statements setting `out` to the element offset of flat index `idx` over `groups` (outer first)."""
+    if not groups:
+        return [f"const {it} {out} = 0;"]
+    if len(groups) == 1:
+        stride = groups[0][1]
+        return [f"const {it} {out} = {idx} * {stride};" if stride != 1 else f"const {it} {out} = {idx};"]
+    lines = [f"{it} {out}_t = {idx};", f"{it} {out} = 0;"]
+    for size, stride, _ in reversed(groups[1:]):
+        lines.append(f"{out} += ({out}_t % {size}) * {stride}; {out}_t /= {size};")
+    lines.append(f"{out} += {out}_t * {groups[0][1]};")
+    return lines
+
+
+def indent(lines: list[str], n: int = 1) -> list[str]:
+    return ["    " * n + ln if ln else ln for ln in lines]
+
+
+def kernel_source(comment: str, params: list[str], body: list[str]) -> str:
+    head = f"// {comment}\n__kernel void KERNEL({', '.join(params)}) {{\n"
+    return head + "\n".join(indent(body)) + "\n}\n"
+
+
+class Blocked:
+    """An accumulator `name` of type `v`; when `blocked`, adds go to `{name}_p`, flushed every BLOCK adds."""
+
+    def __init__(self, name: str, v: V, kind: str, init: str, blocked: bool) -> None:
+        self.name, self.v, self.kind, self.init, self.blocked = name, v, kind, init, blocked
+
+    def decl(self) -> list[str]:
+        lines = [f"{self.v.t} {self.name} = {self.v.splat(self.init)};"]
+        if self.blocked:
+            lines.append(f"{self.v.t} {self.name}_p = {self.v.splat(self.init)};")
+        return lines
+
+    def add(self, val: str) -> list[str]:
+        tgt = f"{self.name}_p" if self.blocked else self.name
+        return [f"{tgt} = {combine(self.kind, self.v, tgt, val)};"]
+
+    def flush(self) -> list[str]:
+        if not self.blocked:
+            return []
+        return [f"{self.name} += {self.name}_p; {self.name}_p = {self.v.splat(self.init)};"]
+
+
+def counted(accs: list[Blocked], counter: str = "nadd") -> list[str]:
+    """After one add: flush the blocked accumulators every BLOCK adds (counted in int `counter`)."""
+    flush = [s for a in accs for s in a.flush()]
+    if not flush:
+        return []
+    return [f"if (++{counter} == {BLOCK}) {{", *indent(flush), f"    {counter} = 0;", "}"]
+
+
+# reduce_* -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reducer:
+    kind: str  # combine: add | mul | max | min
+    pre: str = "{}"  # applied to each element in its own type (|x| must see the sign)
+    post: str = "{}"  # applied after the conversion to the accumulator type
+    finish: str = "{}"  # on the accumulated value; {n} is the reduced count as a literal
+
+    def identity(self, c: str) -> str:
+        if self.kind == "add":
+            return flit(0.0, c) if is_float(c) else "0"
+        if self.kind == "mul":
+            return flit(1.0, c) if is_float(c) else "1"
+        return LIMITS[c][0 if self.kind == "max" else 1]
+
+
+REDUCERS = {
+    "reduce_sum": Reducer("add"),
+    "reduce_mean": Reducer("add", finish="{} / {n}"),
+    "reduce_max": Reducer("max"),
+    "reduce_min": Reducer("min"),
+    "reduce_prod": Reducer("mul"),
+    "reduce_l1": Reducer("add", pre="abs"),
+    "reduce_l2": Reducer("add", post="{0} * {0}", finish="sqrt({})"),
+    "reduce_sum_square": Reducer("add", post="{0} * {0}"),
+    "reduce_log_sum_exp": Reducer("add"),  # special-cased: a max pass, then a sum of exp(x - max)
+}
+
+
+def acc_ctype(r: Reducer, c: str) -> str:
+    """Integer sums and products accumulate unsigned, so they wrap like the reference without UB."""
+    if r.kind in ("add", "mul") and not is_float(c):
+        return "u" + c if not c.startswith("u") else c
+    return c
+
+
+def apply_pre(r: Reducer, c: str, val: str) -> str:
+    if r.pre == "abs":
+        return f"fabs({val})" if is_float(c) else f"abs({val})"
+    return r.pre.format(val)
+
+
+@dataclass
+class Plan:
+    """One reduce_* lowering: the simplified groups, the kernel shape and the split."""
+
+    row: bool  # innermost group reduced
+    kept: list[list[int]]  # kept groups outside the vectorized one (row: all kept groups)
+    rows: list[list[int]]  # reduced groups looped over (row: all but the innermost)
+    inner: int  # row: the contiguous reduced run; column: the contiguous kept run
+    n_out: int
+    n_red: int
+    split_rows: int = 1  # parts of rows[0]
+    split_inner: int = 1  # row kernels: parts of the contiguous run
+    chunk: int = 0  # elements of the contiguous run per part
+
+    @property
+    def splits(self) -> int:
+        return self.split_rows * self.split_inner
+
+
+def make_plan(x: TensorType, axes: tuple[int, ...], vw: int, splittable: bool) -> Plan:
+    groups = simplify(x.dims, set(axes))
+    n_red = int(np.prod([x.dims[a] for a in axes], dtype=np.int64))
+    n_out = x.numel // max(n_red, 1)
+    if not any(g[2] for g in groups):  # every reduced dim has size 1: reduce one element per output
+        groups.append([1, 1, 1])
+    if groups[-1][2]:
+        kept = [g for g in groups if not g[2]]
+        plan = Plan(True, kept, [g for g in groups[:-1] if g[2]], groups[-1][0], n_out, n_red)
+        items = n_out
+    else:
+        plan = Plan(False, [g for g in groups[:-1] if not g[2]], [g for g in groups if g[2]],
+                    groups[-1][0], n_out, n_red)
+        items = (n_out // plan.inner) * -(-plan.inner // vw)
+    if splittable and items < TARGET_ITEMS // 2 and n_red >= SPLIT_MIN:
+        want = min(-(-TARGET_ITEMS // items), n_red // SPLIT_CHUNK)
+        if plan.rows:
+            plan.split_rows = min(want, plan.rows[0][0])
+        if plan.row and plan.split_rows < want:
+            parts = min(-(-want // plan.split_rows), max(1, plan.inner // SPLIT_CHUNK))
+            plan.chunk = -(-plan.inner // parts)
+            plan.chunk = -(-plan.chunk // vw) * vw
+            plan.split_inner = -(-plan.inner // plan.chunk)
+        if plan.split_rows > 1:
+            plan.split_rows = -(-plan.rows[0][0] // -(-plan.rows[0][0] // plan.split_rows))
+    return plan
+
+
+def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
+    """The loop nest over the reduced groups outside the vectorized run; `p` points at the current one."""
+    if not plan.rows:
+        return ["{", *indent(["const __global TYPE* p = x;", *body]), "}"]
+    lines: list[str] = []
+    terms = []
+    for j, (size, stride, _) in enumerate(plan.rows):
+        lo, hi = ("r0_lo", "r0_hi") if j == 0 and plan.split_rows > 1 else ("0", str(size))
+        lines.append("    " * j + f"for ({it} r{j} = {lo}; r{j} < {hi}; ++r{j}) {{")
+        terms.append(f"r{j} * {stride}" if stride != 1 else f"r{j}")
+    d = len(plan.rows)
+    inner = [f"const __global TYPE* p = x + {' + '.join(terms)};", *body]
+    lines += indent(inner, d)
+    lines += ["    " * j + "}" for j in reversed(range(d))]
+    return lines
+
+
+def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
+                   device: DeviceInfo) -> Lowered:
+    """Kernels computing `op` (a REDUCERS key) of `x` over `axes` into `y` (same element type)."""
+    require_static(x, y)
+    c = elem_ctype(x, device)
+    r = REDUCERS[op]
+    if op in ("reduce_mean", "reduce_l2", "reduce_log_sum_exp") and not is_float(c):
+        raise NotLowerable(f"{op} of {x.dtype}")
+    lse = op == "reduce_log_sum_exp"
+    a = acc_ctype(r, c)
+    vw = vec_width(c, device)
+    it = "int" if x.numel < 2**31 else "long"
+    what = f"{op} over axes {list(axes)} of {x} -> {y}"
+    if y.numel == 0:
+        src = kernel_source(what + " (empty)", [f"__global {c}* out0"], [])
+        return Lowered([Kernel(src, (0,), None, ("out0",))])
+    if x.numel == 0:  # an empty reduction: every output is the finished identity
+        val = "-INFINITY" if lse else finish_expr(r, V(a, 1), r.identity(a), 0, c)
+        k = launch_1d(y.numel)
+        body = [f"const {it} o = get_global_id(0);", f"if (o < {y.numel}) out0[o] = {val};"]
+        k.source = kernel_source(what + ": an empty reduction, the identity", [f"__global {c}* out0"], body)
+        k.args = ("out0",)
+        return Lowered([k], schedule={"kernel": "fill"})
+    plan = make_plan(x, axes, vw, splittable=not lse)
+    S = plan.splits
+    dst_t = a if S > 1 else c
+    dst = "tmp0" if S > 1 else "out0"
+    params = [f"__global const {c}* restrict in0", f"__global {dst_t}* restrict {dst}"]
+    gen = row_kernel if plan.row else column_kernel
+    body, items = gen(plan, r, c, a, vw, it, lse)
+    body = [ln.replace("TYPE", c) for ln in body]
+    shape = "row" if plan.row else "column"
+    k = launch_1d(items)
+    k.source = kernel_source(f"{what}: {shape} kernel, {vw}-wide, split in {S}" if S > 1 else
+                             f"{what}: {shape} kernel, {vw}-wide", params, body)
+    sched = {"kernel": shape, "vector": vw, "split": S}
+    if S == 1:
+        return Lowered([k], schedule=sched)
+    k.args = ("in0", "tmp0")
+    k2 = launch_1d(plan.n_out)
+    va = V(a, 1)
+    body2 = [f"const {it} o = get_global_id(0);", f"if (o >= {plan.n_out}) return;",
+             f"{a} acc = tmp0[o];",
+             f"for (int s = 1; s < {S}; ++s) {{",
+             f"    acc = {combine(r.kind, va, 'acc', f'tmp0[s * {plan.n_out} + o]')};", "}",
+             f"out0[o] = {finish_expr(r, va, 'acc', plan.n_red, c)};"]
+    k2.source = kernel_source(f"{op}: combine {S} partial results per output",
+                              [f"__global const {a}* restrict tmp0", f"__global {c}* restrict out0"], body2)
+    k2.args = ("tmp0", "out0")
+    return Lowered([k, k2], scratch=[S * plan.n_out * SIZES[a]], schedule=sched)
+
+
+def finish_expr(r: Reducer, v: V, val: str, n: int, c: str) -> str:
+    out = r.finish.format(val, n=flit(float(n), c) if is_float(c) else n)
+    return V(v.c, v.w).to(out, c) if v.c != c else out
+
+
+def element(r: Reducer, c: str, a: str, v: V, load: str) -> str:
+    """One loaded element as the accumulator sees it: pre, conversion, post."""
+    val = apply_pre(r, c, load)
+    val = V(c, v.w).to(val, a) if a != c else val
+    return r.post.format(val)
+
+
+def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool) -> tuple[list[str], int]:
+    """One work-item per output (per split part): vector loop over the contiguous reduced run."""
+    S, n_out = plan.splits, plan.n_out
+    items = n_out * S
+    lines = [f"const {it} g = get_global_id(0);", f"if (g >= {items}) return;"]
+    if S > 1:
+        lines += [f"const {it} o = g % {n_out};", f"const int sp = g / {n_out};"]
+    else:
+        lines.append(f"const {it} o = g;")
+    lines += offset_code("o", plan.kept, "base", it)
+    lines.append("const __global TYPE* x = in0 + base;")
+    if plan.split_rows > 1:
+        n0 = plan.rows[0][0]
+        per = -(-n0 // plan.split_rows)
+        lines += [f"const {it} r0_lo = (sp / {plan.split_inner}) * {per};",
+                  f"const {it} r0_hi = min(r0_lo + {per}, ({it}){n0});"]
+    if plan.split_inner > 1:
+        lines += [f"const {it} i_lo = (sp % {plan.split_inner}) * {plan.chunk};",
+                  f"const {it} i_hi = min(i_lo + {plan.chunk}, ({it}){plan.inner});"]
+        lo, hi = "i_lo", "i_hi"
+    else:
+        lo, hi = "0", str(plan.inner)
+    vv, vs = V(a, vw), V(a, 1)
+
+    def sweep(kind: str, blocked: bool, vec_val: str, sc_val: str, name: str) -> list[str]:
+        """Accumulate every reduced element into the scalar `{name}_t`: a `vw`-lane accumulator over the
+        contiguous run (when it is that long) and a scalar one, `{name}1`, over the tails."""
+        ident = "-INFINITY" if lse and kind == "max" else r.identity(a) if kind == r.kind else flit(0.0, a)
+        wide = plan.inner >= vw
+        accs = ([Blocked(name, vv, kind, ident, blocked)] if wide else []) + \
+            [Blocked(name + "1", vs, kind, ident, blocked)]
+        count = counted(accs, f"n_{name}")
+        out = [s for acc in accs for s in acc.decl()] + ([f"int n_{name} = 0;"] if blocked else [])
+        body = [f"{it} i = {lo};"]
+        if wide:
+            body += [f"for (; i + {vw} <= {hi}; i += {vw}) {{",
+                     *indent([f"const {vv.t} v = {vec_val};", *accs[0].add("v"), *count]), "}"]
+        body += [f"for (; i < {hi}; ++i) {{",
+                 *indent([f"const {vs.t} v = {sc_val};", *accs[-1].add("v"), *count]), "}"]
+        out += row_loops(plan, it, body)
+        out += [s for acc in accs for s in acc.flush()]
+        if wide:
+            out += fold_lanes(kind, vv, name)
+            out.append(f"const {a} {name}_t = {combine(kind, vs, name + '_s', name + '1')};")
+        else:
+            out.append(f"const {a} {name}_t = {name}1;")
+        return out
+
+    vload, sload = V(c, vw).load("p", "i"), "p[i]"
+    if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
+        lines += sweep("max", False, vload, sload, "m")
+        lines.append(f"const {a} sh = isfinite(m_t) ? m_t : {flit(0.0, a)};")
+        lines += sweep("add", True, f"exp({vload} - sh)", f"exp({sload} - sh)", "s")
+        lines.append("out0[o] = log(s_t) + sh;")
+        return lines, items
+    blocked = r.kind == "add" and is_float(a)
+    lines += sweep(r.kind, blocked, element(r, c, a, vv, vload), element(r, c, a, vs, sload), "acc")
+    if S > 1:
+        lines.append("tmp0[g] = acc_t;")
+    else:
+        lines.append(f"out0[o] = {finish_expr(r, vs, 'acc_t', plan.n_red, c)};")
+    return lines, items
+
+
+def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
+                  lse: bool) -> tuple[list[str], int]:
+    """One work-item per `unroll` vectors of consecutive outputs along the contiguous kept run (lanes are
+    outputs): each reduced position reads `unroll` neighbouring vectors, a few whole cache lines."""
+    K = plan.inner
+    vw = min(vw, 1 << (K.bit_length() - 1))  # a power of two no wider than the run
+    unroll = 4 if K >= 4 * vw and not lse else 1
+    chunk = vw * unroll
+    nc = -(-K // chunk)
+    q_n = plan.n_out // K
+    S = plan.splits
+    items = q_n * nc * S
+    lines = [f"const {it} g = get_global_id(0);", f"if (g >= {items}) return;",
+             f"const {it} k0 = (g % {nc}) * {chunk};", f"const {it} q = (g / {nc}) % {q_n};"]
+    if S > 1:
+        n0 = plan.rows[0][0]
+        per = -(-n0 // plan.split_rows)
+        lines += [f"const {it} r0_lo = (g / {nc * q_n}) * {per};",
+                  f"const {it} r0_hi = min(r0_lo + {per}, ({it}){n0});",
+                  f"__global {a}* dst = tmp0 + (g / {nc * q_n}) * {plan.n_out} + q * {K};"]
+    else:
+        lines.append(f"__global TYPE* dst = out0 + q * {K};")
+    lines += offset_code("q", plan.kept, "base", it)
+
+    def path(w: int, off: str, u: int = 1) -> list[str]:
+        v, vc = V(a, w), V(c, w)
+        load = vc.load("p", "0")
+        out = [f"const __global TYPE* x = in0 + base + {off};"]
+        if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
+            m, s = Blocked("m", v, "max", "-INFINITY", False), Blocked("s", v, "add", flit(0.0, a), True)
+            out += m.decl() + row_loops(plan, it, [f"m = {combine('max', v, 'm', load)};"])
+            zero = v.splat(flit(0.0, a))
+            out.append(f"const {v.t} sh = {v.pick(zero, 'm', 'isfinite(m)', 'isfinite(m)')};")
+            out += s.decl() + ["int nadd = 0;"]
+            out += row_loops(plan, it, s.add(f"exp({load} - sh)") + counted([s])) + s.flush()
+            out.append(v.store("log(s) + sh", "dst", off))
+            return out
+        names = [f"acc{j}" for j in range(u)] if u > 1 else ["acc"]
+        accs = [Blocked(n, v, r.kind, r.identity(a), r.kind == "add" and is_float(a)) for n in names]
+        out += [s for acc in accs for s in acc.decl()] + (["int nadd = 0;"] if accs[0].blocked else [])
+        step = []
+        for j, acc in enumerate(accs):
+            vj = f"v{j}" if u > 1 else "v"
+            step += [f"const {v.t} {vj} = {element(r, c, a, v, vc.load('p', str(j * w)))};", *acc.add(vj)]
+        out += row_loops(plan, it, step + counted(accs)) + [s for acc in accs for s in acc.flush()]
+        for j, acc in enumerate(accs):
+            val = acc.name if S > 1 else finish_expr(r, v, acc.name, plan.n_red, c)
+            out.append(v.store(val, "dst", f"{off} + {j * w}" if j else off))
+        return out
+
+    if K % chunk == 0:
+        lines += path(vw, "k0", unroll)
+    else:
+        tail = [f"{it} k = k0;"]
+        if vw > 1:
+            tail += [f"for (; k + {vw} <= {K}; k += {vw}) {{", *indent(path(vw, "k")), "}"]
+        tail += [f"for (; k < {K}; ++k) {{", *indent(path(1, "k")), "}"]
+        lines += [f"if (k0 + {chunk} <= {K}) {{", *indent(path(vw, "k0", unroll)), "} else {", *indent(tail),
+                  "}"]
+    return lines, items
+
+
+@template(*REDUCERS)
+def reduce_template(ctx: Ctx) -> Lowered:
+    return reduce_kernels(ctx.op_name, ctx.operands[0], ctx.results[0], reduced_axes(ctx.sig), ctx.device)
+
+
+# argmax / argmin ------------------------------------------------------------------------------------------
+def axis_split(x: TensorType, axis: int) -> tuple[int, int, int]:
+    """(outer, n, inner): the sizes before, at and after `axis`."""
+    d = x.dims
+    return int(np.prod(d[:axis], dtype=np.int64)), d[axis], int(np.prod(d[axis + 1:], dtype=np.int64))
+
+
+def line_start(idx: str, n: int, inner: int) -> str:
+    """Offset of the first element of line `idx` of a (outer, n, inner) tensor, lines running along n."""
+    return f"{idx} * {n}" if inner == 1 else f"({idx} / {inner}) * {n * inner} + {idx} % {inner}"
+
+
+@template("argmax", "argmin")
+def arg_template(ctx: Ctx) -> Lowered:
+    """One work-item per output scanning its line; NaN counts as the extreme (numpy's argmax/argmin)."""
+    x, y = ctx.operands[0], ctx.results[0]
+    require_static(x, y)
+    c = elem_ctype(x, ctx.device)
+    axis = norm_axis(ctx.attr("axis"), x.rank)
+    outer, n, inner = axis_split(x, axis)
+    if n == 0:
+        raise NotLowerable(f"{ctx.op_name} over an empty axis")
+    last = ctx.attr("select_last_index")
+    rel = (">" if ctx.op_name == "argmax" else "<") + ("=" if last else "")
+    better = f"v {rel} best"
+    if is_float(c):
+        better += " || isnan(v)" if last else " || (isnan(v) && !isnan(best))"
+    it = "int" if x.numel < 2**31 else "long"
+    body = [f"const {it} o = get_global_id(0);", f"if (o >= {y.numel}) return;",
+            f"const __global {c}* p = in0 + {line_start('o', n, inner)};",
+            f"{c} best = p[0];", "long idx = 0;",
+            f"for ({it} i = 1; i < {n}; ++i) {{",
+            f"    const {c} v = p[{'i' if inner == 1 else f'i * {inner}'}];",
+            f"    if ({better}) {{ best = v; idx = i; }}", "}", "out0[o] = idx;"]
+    k = launch_1d(y.numel)
+    what = f"{ctx.op_name} along axis {axis} of {x} ({'last' if last else 'first'} index of the extreme)"
+    params = [f"__global const {c}* restrict in0", "__global long* restrict out0"]
+    k.source = kernel_source(what, params, body)
+    return Lowered([k])
+
+
+# cumsum / cumprod -----------------------------------------------------------------------------------------
+@template("cumsum", "cumprod")
+def scan_template(ctx: Ctx) -> Lowered:
+    """One work-item per line along `axis`, a sequential running sum/product (numpy's accumulate order);
+    neighbouring work-items read neighbouring elements when the axis is not the innermost."""
+    x = ctx.operands[0]
+    require_static(x)
+    c = elem_ctype(x, ctx.device)
+    axis = norm_axis(ctx.attr("axis"), x.rank)
+    outer, n, inner = axis_split(x, axis)
+    a = c if is_float(c) or c.startswith("u") else "u" + c
+    op = "+" if ctx.op_name == "cumsum" else "*"
+    ident = (flit(0.0, c) if op == "+" else flit(1.0, c)) if is_float(c) else ("0" if op == "+" else "1")
+    rev, exc = ctx.attr("reverse"), ctx.attr("exclusive")
+    it = "int" if x.numel < 2**31 else "long"
+    lines = outer * inner
+    loop = f"for ({it} i = {n - 1}; i >= 0; --i)" if rev else f"for ({it} i = 0; i < {n}; ++i)"
+    at = "i" if inner == 1 else f"i * {inner}"
+    conv = f"({a})" if a != c else ""
+    back = f"({c})" if a != c else ""
+    step = ([f"out0[o + {at}] = {back}acc;", f"acc = acc {op} {conv}in0[o + {at}];"] if exc else
+            [f"acc = acc {op} {conv}in0[o + {at}];", f"out0[o + {at}] = {back}acc;"])
+    body = [f"const {it} l = get_global_id(0);", f"if (l >= {lines}) return;",
+            f"const {it} o = {line_start('l', n, inner)};",
+            f"{a} acc = {ident};", f"{loop} {{", *indent(step), "}"]
+    k = launch_1d(lines) if x.numel else Kernel("", (0,))
+    what = (f"{ctx.op_name} along axis {axis} of {x}" + (", reversed" if rev else "")
+            + (", exclusive" if exc else ""))
+    params = [f"__global const {c}* restrict in0", f"__global {c}* restrict out0"]
+    k.source = kernel_source(what, params, body)
+    return Lowered([k])
+
+
+# top_k ----------------------------------------------------------------------------------------------------
+TOP_K_MAX = 64
+
+
+@template("top_k")
+def top_k_template(ctx: Ctx) -> Lowered:
+    """One work-item per line keeps the best k (value, index) pairs sorted in private memory, inserting each
+    element (O(n·k), so k is capped). Order: NaN above everything, ties by lower index, as the reference."""
+    x = ctx.operands[0]
+    require_static(x)
+    c = elem_ctype(x, ctx.device)
+    k_ = ctx.attr("k")
+    if k_ > TOP_K_MAX:
+        raise NotLowerable(f"top_k with k = {k_} > {TOP_K_MAX}")
+    axis = norm_axis(ctx.attr("axis"), x.rank)
+    outer, n, inner = axis_split(x, axis)
+    largest = ctx.attr("largest")
+    rel = ">" if largest else "<"
+    # strictly better than the kept value `bv` (elements arrive in index order, so ties keep the earlier)
+    if is_float(c):
+        nan_rule = "(isnan(v) && !isnan(bv))" if largest else "(!isnan(v) && isnan(bv))"
+        better = f"(v {rel} bv || {nan_rule})"
+    else:
+        better = f"(v {rel} bv)"
+    it = "int" if x.numel < 2**31 else "long"
+    lines = outer * inner
+    at = f" * {inner}" if inner > 1 else ""
+    body = [f"const {it} l = get_global_id(0);", f"if (l >= {lines}) return;",
+            f"const {it} o = {line_start('l', n, inner)};",
+            f"const {it} ob = {line_start('l', k_, inner)};",
+            f"{c} val[{max(k_, 1)}];", f"long idx[{max(k_, 1)}];", "int cnt = 0;",
+            f"for ({it} i = 0; i < {n}; ++i) {{",
+            f"    const {c} v = in0[o + i{at}];",
+            "    int j = cnt;",
+            "    while (j > 0) {",
+            f"        const {c} bv = val[j - 1];",
+            f"        if (!{better}) break;",
+            f"        if (j < {k_}) {{ val[j] = bv; idx[j] = idx[j - 1]; }}",
+            "        --j;",
+            "    }",
+            f"    if (j < {k_}) {{ val[j] = v; idx[j] = i; if (cnt < {k_}) ++cnt; }}",
+            "}",
+            f"for (int j = 0; j < {k_}; ++j) {{ out0[ob + j{at}] = val[j]; out1[ob + j{at}] = idx[j]; }}"]
+    kern = launch_1d(lines) if lines and k_ else Kernel("", (0,))
+    what = f"top_k k={k_} {'largest' if largest else 'smallest'} along axis {axis} of {x}"
+    kern.source = kernel_source(what, [f"__global const {c}* restrict in0", f"__global {c}* restrict out0",
+                                       "__global long* restrict out1"], body)
+    return Lowered([kern])
