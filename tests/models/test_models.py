@@ -57,10 +57,11 @@ def light_input(model: onnx.ModelProto) -> np.ndarray:
     return (np.arange(n).reshape(shape) / n).astype(np.float32)
 
 
-def run_tessel(model: onnx.ModelProto, inputs: list[np.ndarray], name: str) -> list[np.ndarray]:
+def run_tessel(model: onnx.ModelProto, inputs: list[np.ndarray], name: str,
+               target: str = "numpy") -> list[np.ndarray]:
     from tessel.frontends.onnx.backend import TesselBackend
 
-    rep = TesselBackend.prepare(model, "CPU", target="numpy", filename=name)
+    rep = TesselBackend.prepare(model, "CPU", target=target, filename=name)
     return [np.asarray(o) for o in rep.run(inputs)]
 
 

@@ -113,3 +113,17 @@ def test_not_lowerable(op, types, attrs, reason) -> None:
     schedule = attrs.pop("schedule", None)
     with pytest.raises(NotLowerable, match=reason):
         lower_op(op, types, attrs, schedule=schedule)
+
+
+@pytest.mark.parametrize("attrs,xs,ws", [
+    ({}, (1, 3, 5, 5), (3, 4, 3, 3)),
+    ({"strides": [2, 2], "pads": [1, 0, 1, 1], "output_padding": [1, 0], "bias": True}, (2, 4, 4, 3), (4, 2, 3, 2)),
+    ({"strides": [2, 1], "dilations": [2, 2], "groups": 2}, (1, 4, 3, 4), (4, 3, 2, 3)),
+])
+def test_conv_transpose2d(attrs: dict, xs: tuple, ws: tuple) -> None:
+    rng = np.random.default_rng(3)
+    attrs = dict(attrs)
+    ins = [rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)]
+    if attrs.pop("bias", False):
+        ins.append(rng.standard_normal(ws[1] * attrs.get("groups", 1)).astype(np.float32))
+    check_op("conv_transpose2d", ins, attrs, rtol=1e-4, atol=1e-4)

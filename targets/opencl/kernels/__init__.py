@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv")
+FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose")
 _loaded = False
 
 
