@@ -30,8 +30,17 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-MODELS = ("alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
-          "vgg19", "zfnet512")
+MODELS = (
+    "alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -48,7 +57,6 @@ def timed_median(fn, repeat: int) -> float:  # noqa: ANN001
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
-
     from tessel.frontends.onnx.importer import import_model
     from tessel.frontends.onnx.randomize import randomize_weights
     from tessel.passes.manager import PassManager
@@ -62,8 +70,11 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     data = model.SerializeToString()
     inits = {i.name for i in model.graph.initializer}
     rng = np.random.default_rng(7)
-    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
-             for vi in model.graph.input if vi.name not in inits}
+    feeds = {
+        vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+        for vi in model.graph.input
+        if vi.name not in inits
+    }
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
     opts.log_severity_level = 3
@@ -95,13 +106,23 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat))
     cl_ms, ort_ms = min(cl_rounds), min(ort_rounds)
     outliers = sum(t > 2 * cl_ms for t in cl_rounds) + sum(t > 2 * ort_ms for t in ort_rounds)
-    return {"model": name, "tessel_opencl_ms": round(cl_ms, 3), "tessel_numpy_ms": numpy_ms and round(numpy_ms, 3),
-            "onnxruntime_ms": round(ort_ms, 3), "ratio": round(cl_ms / ort_ms, 3),
-            "kernels": sum(1 for s in exe.steps if all(s.global_size)), "peak_bytes": exe.peak_bytes,
-            "weight_bytes": exe.weight_bytes, "import_opt_ms": round(import_ms, 1),
-            "compile_load_ms": round(compile_ms, 1), "correct": bool(correct), "max_abs_err": max_err,
-            "rounds_opencl_ms": [round(t, 3) for t in cl_rounds], "rounds_ort_ms": [round(t, 3) for t in ort_rounds],
-            "outlier_rounds": outliers}
+    return {
+        "model": name,
+        "tessel_opencl_ms": round(cl_ms, 3),
+        "tessel_numpy_ms": numpy_ms and round(numpy_ms, 3),
+        "onnxruntime_ms": round(ort_ms, 3),
+        "ratio": round(cl_ms / ort_ms, 3),
+        "kernels": sum(1 for s in exe.steps if all(s.global_size)),
+        "peak_bytes": exe.peak_bytes,
+        "weight_bytes": exe.weight_bytes,
+        "import_opt_ms": round(import_ms, 1),
+        "compile_load_ms": round(compile_ms, 1),
+        "correct": bool(correct),
+        "max_abs_err": max_err,
+        "rounds_opencl_ms": [round(t, 3) for t in cl_rounds],
+        "rounds_ort_ms": [round(t, 3) for t in ort_rounds],
+        "outlier_rounds": outliers,
+    }
 
 
 def micro(args: argparse.Namespace) -> dict:
@@ -123,23 +144,33 @@ def micro(args: argparse.Namespace) -> dict:
             _, stats = exe.measure(inputs, args.repeat)
             steps = [i for i, s in enumerate(exe.steps) if s.op == op]
             runs = len(stats.seconds)
-            best = min(best, statistics.median(sum(stats.kernel_ns[i][r] for i in steps) for r in range(runs)))
+            best = min(
+                best, statistics.median(sum(stats.kernel_ns[i][r] for i in steps) for r in range(runs))
+            )
         return best / 1e6
 
     n = 1024
     t = f"tensor<{n}x{n}xf32>"
-    gemm = (f"module @sgemm {{\n  func @main(%a: {t}, %b: {t}) -> {t} {{\n"
-            f"    %0 = matmul %a, %b : ({t}, {t}) -> {t}\n    return %0 : {t}\n  }}\n}}\n")
+    gemm = (
+        f"module @sgemm {{\n  func @main(%a: {t}, %b: {t}) -> {t} {{\n"
+        f"    %0 = matmul %a, %b : ({t}, {t}) -> {t}\n    return %0 : {t}\n  }}\n}}\n"
+    )
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     gemm_ms = kernel_ms(gemm, [a, b], "matmul")
     m = 16 << 20
     v = f"tensor<{m}xf32>"
-    add = (f"module @add {{\n  func @main(%a: {v}, %b: {v}) -> {v} {{\n"
-           f"    %0 = add %a, %b : ({v}, {v}) -> {v}\n    return %0 : {v}\n  }}\n}}\n")
+    add = (
+        f"module @add {{\n  func @main(%a: {v}, %b: {v}) -> {v} {{\n"
+        f"    %0 = add %a, %b : ({v}, {v}) -> {v}\n    return %0 : {v}\n  }}\n}}\n"
+    )
     x, y = (rng.standard_normal(m, dtype=np.float32) for _ in range(2))
     add_ms = kernel_ms(add, [x, y], "add")
-    return {"sgemm_1024_ms": round(gemm_ms, 3), "sgemm_1024_gflops": round(2 * n**3 / gemm_ms / 1e6, 1),
-            "add_64mib_ms": round(add_ms, 3), "add_64mib_gbps": round(3 * 4 * m / add_ms / 1e6, 1)}
+    return {
+        "sgemm_1024_ms": round(gemm_ms, 3),
+        "sgemm_1024_gflops": round(2 * n**3 / gemm_ms / 1e6, 1),
+        "add_64mib_ms": round(add_ms, 3),
+        "add_64mib_gbps": round(3 * 4 * m / add_ms / 1e6, 1),
+    }
 
 
 def render(rows: list[dict], mic: dict | None) -> str:
@@ -149,33 +180,54 @@ def render(rows: list[dict], mic: dict | None) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, title="tessel vs onnxruntime (2 threads), batch 1, best round of medians")
-    for col in ("model", "tessel-opencl ms", "tessel-numpy ms", "onnxruntime ms", "ratio", "kernels",
-                "peak memory", "compile s", "correct"):
+    table = Table(
+        box=box.SIMPLE_HEAD, title="tessel vs onnxruntime (2 threads), batch 1, best round of medians"
+    )
+    for col in (
+        "model",
+        "tessel-opencl ms",
+        "tessel-numpy ms",
+        "onnxruntime ms",
+        "ratio",
+        "kernels",
+        "peak memory",
+        "compile s",
+        "correct",
+    ):
         table.add_column(col, justify="left" if col == "model" else "right")
     for r in rows:
         if "error" in r:
             table.add_row(r["model"], "error", "", "", "", "", "", "", r["error"][:60])
             continue
         flag = " *" if r["outlier_rounds"] else ""
-        table.add_row(r["model"], f"{r['tessel_opencl_ms']:.2f}{flag}",
-                      "-" if r["tessel_numpy_ms"] is None else f"{r['tessel_numpy_ms']:.1f}",
-                      f"{r['onnxruntime_ms']:.2f}", f"{r['ratio']:.2f}x", str(r["kernels"]),
-                      f"{r['peak_bytes'] / 2**20:.1f} MiB", f"{r['compile_load_ms'] / 1000:.1f}",
-                      "yes" if r["correct"] else f"NO ({r['max_abs_err']:.1e})")
+        table.add_row(
+            r["model"],
+            f"{r['tessel_opencl_ms']:.2f}{flag}",
+            "-" if r["tessel_numpy_ms"] is None else f"{r['tessel_numpy_ms']:.1f}",
+            f"{r['onnxruntime_ms']:.2f}",
+            f"{r['ratio']:.2f}x",
+            str(r["kernels"]),
+            f"{r['peak_bytes'] / 2**20:.1f} MiB",
+            f"{r['compile_load_ms'] / 1000:.1f}",
+            "yes" if r["correct"] else f"NO ({r['max_abs_err']:.1e})",
+        )
     buf = io.StringIO()
     Console(file=buf, width=150, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
     ok = [r for r in rows if "ratio" in r]
     if ok:
         geo = math.exp(sum(math.log(r["ratio"]) for r in ok) / len(ok))
         worst = max(ok, key=lambda r: r["ratio"])
-        buf.write(f"geomean ratio tessel-opencl / onnxruntime: {geo:.2f}x over {len(ok)} models "
-                  f"(worst {worst['model']} {worst['ratio']:.2f}x)\n")
+        buf.write(
+            f"geomean ratio tessel-opencl / onnxruntime: {geo:.2f}x over {len(ok)} models "
+            f"(worst {worst['model']} {worst['ratio']:.2f}x)\n"
+        )
     if any(r.get("outlier_rounds") for r in ok):
         buf.write("* some rounds took over 2x the best round (the machine slowed down): see the JSON\n")
     if mic:
-        buf.write(f"SGEMM 1024^3: {mic['sgemm_1024_gflops']:.1f} GFLOP/s ({mic['sgemm_1024_ms']:.2f} ms); "
-                  f"64 MiB f32 add: {mic['add_64mib_gbps']:.1f} GB/s ({mic['add_64mib_ms']:.2f} ms)\n")
+        buf.write(
+            f"SGEMM 1024^3: {mic['sgemm_1024_gflops']:.1f} GFLOP/s ({mic['sgemm_1024_ms']:.2f} ms); "
+            f"64 MiB f32 add: {mic['add_64mib_gbps']:.1f} GB/s ({mic['add_64mib_ms']:.2f} ms)\n"
+        )
     return buf.getvalue()
 
 
@@ -201,11 +253,19 @@ def main() -> int:
     sys.stdout.write(render(rows, mic))
     from tessel.targets.opencl import device as dev
 
-    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": dev.describe(dev.pick_device(args.device)),
-              "rows": rows, "micro": mic, "args": vars(args)}
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "device": dev.describe(dev.pick_device(args.device)),
+        "rows": rows,
+        "micro": mic,
+        "args": vars(args),
+    }
     RESULTS.mkdir(exist_ok=True)
-    for path in [RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}.json", RESULTS / "latest.json",
-                 *([Path(args.json)] if args.json else [])]:
+    for path in [
+        RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}.json",
+        RESULTS / "latest.json",
+        *([Path(args.json)] if args.json else []),
+    ]:
         path.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if all(r.get("correct") for r in rows) else 1
 

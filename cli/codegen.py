@@ -6,12 +6,13 @@ import click
 
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
-from .common import debug_option, fail, handle_errors, read_input, weights_options
+from .common import debug_option, fail, handle_errors, read_input, split_chunks, weights_options
 
 EPILOG = """\b
 Examples:
   tessel-codegen --target=opencl model.tsl -o model.cl.tsl
-  tessel-import m.onnx | tessel-opt -O1 | tessel-codegen --target=opencl | tessel-run --random-inputs --profile
+  tessel-import m.onnx | tessel-opt -O1 | tessel-codegen --target=opencl |
+      tessel-run --random-inputs --profile
   tessel-codegen --target=opencl --device=auto --elide-resources model.tsl | less
 """
 
@@ -34,18 +35,43 @@ def device_for_codegen(spec: str) -> object:
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
-@click.option("-o", "--output", metavar="FILE", help="Write the lowered IR here (atomically) instead of stdout.")
-@click.option("--target", type=click.Choice(["opencl"]), default="opencl", show_default=True,
-              help="The target to lower to.")
-@click.option("--device", default="generic", show_default=True, metavar="SPEC",
-              help="Device to specialise kernels for: 'generic' (a PoCL-like CPU; output does not depend on "
-                   "this machine), 'auto' (the first GPU, else the first device), an index from "
-                   "'tessel-run --list-devices', or part of a device name.")
+@click.option(
+    "-o", "--output", metavar="FILE", help="Write the lowered IR here (atomically) instead of stdout."
+)
+@click.option(
+    "--target",
+    type=click.Choice(["opencl"]),
+    default="opencl",
+    show_default=True,
+    help="The target to lower to.",
+)
+@click.option(
+    "--device",
+    default="generic",
+    show_default=True,
+    metavar="SPEC",
+    help="Device to specialise kernels for: 'generic' (a PoCL-like CPU; output does not depend on "
+    "this machine), 'auto' (the first GPU, else the first device), an index from "
+    "'tessel-run --list-devices', or part of a device name.",
+)
+@click.option(
+    "--split-input-file",
+    is_flag=True,
+    help="Lower each '// -----' separated chunk on its own; print them separated the same way.",
+)
 @weights_options
 @debug_option
 @handle_errors
-def main(input: str, output: str | None, target: str, device: str, elide_resources: bool,
-         external_weights: str | None, debug: bool) -> None:
+def main(
+    input: str,
+    output: str | None,
+    target: str,
+    device: str,
+    split_input_file: bool,
+    elide_resources: bool,
+    external_weights: str | None,
+    debug: bool,
+) -> None:
     """Lower a tessel IR module to target-level IR.
 
     Each op (or kernel region) becomes a `cl.launch` of an OpenCL C kernel from the op's template, with
@@ -58,10 +84,17 @@ def main(input: str, output: str | None, target: str, device: str, elide_resourc
     from .opt import write_modules
 
     data, filename = read_input(input)
-    module = parse_module(data, filename)
-    verify_or_raise(module)
-    if is_lowered(module):
-        raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
-    lower_module(module, device_for_codegen(device))  # type: ignore[arg-type]
-    verify_or_raise(module)
-    write_modules([module], output, elide_resources, external_weights)
+    info = device_for_codegen(device)
+    modules = []
+    chunks = split_chunks(data.decode("utf-8", "replace")) if split_input_file else [("", 0)]
+    for chunk, offset in chunks:
+        module = parse_module(
+            chunk.encode("utf-8") if split_input_file else data, filename, line_offset=offset
+        )
+        verify_or_raise(module)
+        if is_lowered(module):
+            raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
+        lower_module(module, info)  # type: ignore[arg-type]
+        verify_or_raise(module)
+        modules.append(module)
+    write_modules(modules, output, elide_resources, external_weights)

@@ -66,22 +66,34 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     return buf.getvalue()
 
 
-
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
-@click.option("--target", type=click.Choice(["auto", "numpy", "opencl"]), default="auto", show_default=True,
-              help="Where to run: numpy (the reference interpreter; runs any level, a launch by its reference "
-                   "body) or opencl (lowering graph-level input first). auto: opencl for lowered input, else "
-                   "numpy.")
-@click.option("--device", metavar="SPEC", default="auto", show_default=True,
-              help="OpenCL device: 'auto' (the first GPU, else the first device), an index from "
-                   "--list-devices, or part of a device name.")
+@click.option(
+    "--target",
+    type=click.Choice(["auto", "numpy", "opencl"]),
+    default="auto",
+    show_default=True,
+    help="Where to run: numpy (the reference interpreter; runs any level, a launch by its reference "
+    "body) or opencl (lowering graph-level input first). auto: opencl for lowered input, else "
+    "numpy.",
+)
+@click.option(
+    "--device",
+    metavar="SPEC",
+    default="auto",
+    show_default=True,
+    help="OpenCL device: 'auto' (the first GPU, else the first device), an index from "
+    "--list-devices, or part of a device name.",
+)
 @click.option("--list-devices", is_flag=True, help="List the OpenCL devices and exit.")
-@click.option("--calibrate", is_flag=True,
-              help="Measure the device's peaks (SGEMM GFLOP/s, elementwise GB/s, launch overhead), store them "
-                   "for --profile's roofline, and exit.")
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Measure the device's peaks (SGEMM GFLOP/s, elementwise GB/s, launch overhead), store them "
+    "for --profile's roofline, and exit.",
+)
 @click.option("--func", "func_name", metavar="NAME", help="The func to run (default: @main, else the first).")
 @click.option("--inputs", metavar="FILE.npz", help="Input arrays keyed by argument name.")
 @click.option("--random-inputs", is_flag=True, help="Use seeded random inputs (floats in [-1, 1)).")
@@ -89,27 +101,69 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.option(
     "--outputs", metavar="FILE.npz", help="Write the results here, keyed by result name (atomically)."
 )
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="Time N runs (after one warm-up run when N > 1) and report the median and the minimum.")
-@click.option("--profile", is_flag=True,
-              help="OpenCL: print per kernel its launches, time (profiling events), GFLOP/s, GB/s, arithmetic "
-                   "intensity and fraction of the device's peak, with the ONNX nodes it came from.")
-@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
-              help="With --profile, show only the N slowest kernels.")
-@click.option("--report-json", metavar="FILE",
-              help="Write the timings as JSON: median_ms, min_ms, load times, peak memory and (OpenCL) a "
-                   "per-kernel list.")
-@click.option("--check-against", type=click.Choice(["numpy"]), default=None,
-              help="Also run the numpy reference and fail when the results differ beyond --rtol/--atol.")
-@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance of --check-against.")
-@click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance of --check-against.")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Time N runs (after one warm-up run when N > 1) and report the median and the minimum.",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="OpenCL: print per kernel its launches, time (profiling events), GFLOP/s, GB/s, arithmetic "
+    "intensity and fraction of the device's peak, with the ONNX nodes it came from.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --profile, show only the N slowest kernels.",
+)
+@click.option(
+    "--report-json",
+    metavar="FILE",
+    help="Write the timings as JSON: median_ms, min_ms, load times, peak memory and (OpenCL) a "
+    "per-kernel list.",
+)
+@click.option(
+    "--check-against",
+    type=click.Choice(["numpy"]),
+    default=None,
+    help="Also run the numpy reference and fail when the results differ beyond --rtol/--atol.",
+)
+@click.option(
+    "--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance of --check-against."
+)
+@click.option(
+    "--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance of --check-against."
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary table.")
 @debug_option
 @handle_errors
-def main(input: str, target: str, device: str, list_devices: bool, calibrate: bool, func_name: str | None,
-         inputs: str | None, random_inputs: bool, seed: int, outputs: str | None, repeat: int, profile: bool,
-         top: int | None, report_json: str | None, check_against: str | None, rtol: float, atol: float,
-         quiet: bool, debug: bool) -> None:
+def main(
+    input: str,
+    target: str,
+    device: str,
+    list_devices: bool,
+    calibrate: bool,
+    func_name: str | None,
+    inputs: str | None,
+    random_inputs: bool,
+    seed: int,
+    outputs: str | None,
+    repeat: int,
+    profile: bool,
+    top: int | None,
+    report_json: str | None,
+    check_against: str | None,
+    rtol: float,
+    atol: float,
+    quiet: bool,
+    debug: bool,
+) -> None:
     """Run a tessel IR module and print a summary of its outputs.
 
     Reads INPUT (stdin when '-' or missing), verifies it, feeds the func its inputs (--inputs or
@@ -131,15 +185,22 @@ def main(input: str, target: str, device: str, list_devices: bool, calibrate: bo
         raise fail(f"'{filename}' holds no func to run")
     func = module.func(func_name or "main") or (None if func_name else module.funcs[0])
     if func is None:
-        raise fail(f"no func @{func_name} in '{filename}' (it has: "
-                   + ", ".join("@" + f.name for f in module.funcs) + ")")
+        raise fail(
+            f"no func @{func_name} in '{filename}' (it has: "
+            + ", ".join("@" + f.name for f in module.funcs)
+            + ")"
+        )
     if inputs:
         arrays = check_inputs(func, load_npz(inputs), f"inputs in '{inputs}'")
     elif random_inputs or not func.args:
         arrays = check_inputs(func, make_random(func, seed))
     else:
-        raise DiagnosticError(Diagnostic("error", f"func @{func.name} takes {len(func.args)} inputs: "
-                                         "give --inputs FILE.npz or --random-inputs"))
+        raise DiagnosticError(
+            Diagnostic(
+                "error",
+                f"func @{func.name} takes {len(func.args)} inputs: give --inputs FILE.npz or --random-inputs",
+            )
+        )
     from ..targets.opencl.lower import is_lowered
 
     lowered = is_lowered(module)
@@ -160,8 +221,9 @@ def main(input: str, target: str, device: str, list_devices: bool, calibrate: bo
         times = times[1:] if repeat > 1 else times
         rows, exe = None, None
     else:
-        results, times, rows, exe = _run_opencl(module, func, arrays, device, lowered, repeat,
-                                                profile or bool(report_json), report)
+        results, times, rows, exe = _run_opencl(
+            module, func, arrays, device, lowered, repeat, profile or bool(report_json), report
+        )
     names = output_names(func)
     if reference is not None:
         _compare(names, results, reference, rtol, atol)
@@ -176,13 +238,19 @@ def main(input: str, target: str, device: str, list_devices: bool, calibrate: bo
         sys.stdout.write(profile_table(rows, report.get("peaks"), top))
     if not quiet or profile:
         where = target if exe is None else f"{target} ({report['device']})"
-        timing = f"{median:.3f} ms" if repeat == 1 else f"median {median:.3f} ms, min {best:.3f} ms over {repeat} runs"
+        timing = (
+            f"{median:.3f} ms"
+            if repeat == 1
+            else f"median {median:.3f} ms, min {best:.3f} ms over {repeat} runs"
+        )
         sys.stdout.write(f"ran @{func.name} on {where}: {timing}\n")
         if exe is not None:
-            sys.stdout.write(f"loaded in {report['load_ms']:.1f} ms (program build {report['build_ms']:.1f} ms); "
-                             f"{len(exe.steps)} kernel launches; peak device memory "
-                             f"{_mib(report['peak_bytes'])} for activations + {_mib(report['weight_bytes'])} "
-                             "weights\n")
+            sys.stdout.write(
+                f"loaded in {report['load_ms']:.1f} ms (program build {report['build_ms']:.1f} ms); "
+                f"{len(exe.steps)} kernel launches; peak device memory "
+                f"{_mib(report['peak_bytes'])} for activations + {_mib(report['weight_bytes'])} "
+                "weights\n"
+            )
         if reference is not None:
             sys.stdout.write(f"matches numpy within rtol {rtol:g}, atol {atol:g}\n")
     if report_json:
@@ -226,8 +294,10 @@ def _device_command(list_devices: bool, spec: str) -> None:
     sys.stderr.write(f"calibrating {dev.describe(d)} ...\n")
     peaks = calibrate(d)
     path = save_peaks(d, peaks)
-    sys.stdout.write(f"{dev.describe(d)}: SGEMM {peaks.gflops:.1f} GFLOP/s, elementwise {peaks.gbps:.1f} GB/s, "
-                     f"launch + finish {peaks.launch_us:.1f} us (saved to {path})\n")
+    sys.stdout.write(
+        f"{dev.describe(d)}: SGEMM {peaks.gflops:.1f} GFLOP/s, elementwise {peaks.gbps:.1f} GB/s, "
+        f"launch + finish {peaks.launch_us:.1f} us (saved to {path})\n"
+    )
 
 
 def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report):  # noqa: ANN001, ANN202
@@ -244,8 +314,14 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report):  
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
     peaks = load_peaks(d)
-    report.update(device=dev.describe(d), load_ms=round(load * 1000, 3), build_ms=round(exe.build_seconds * 1000, 3),
-                  peak_bytes=exe.peak_bytes, weight_bytes=exe.weight_bytes, launches=len(exe.steps))
+    report.update(
+        device=dev.describe(d),
+        load_ms=round(load * 1000, 3),
+        build_ms=round(exe.build_seconds * 1000, 3),
+        peak_bytes=exe.peak_bytes,
+        weight_bytes=exe.weight_bytes,
+        launches=len(exe.steps),
+    )
     rows = None
     if profile:
         rows = kernel_rows(exe, stats)
@@ -262,13 +338,17 @@ def _compare(names, results, reference, rtol, atol) -> None:  # noqa: ANN001
             bad.append(f"output '{name}' has shape {list(g.shape)}, numpy gives {list(w.shape)}")
             continue
         if g.dtype.kind in "fc":
-            close = np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+            close = np.isclose(
+                g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
+            )
         else:
             close = g == w
         if not close.all():
             idx = tuple(int(i) for i in np.argwhere(~close)[0])
-            bad.append(f"output '{name}' differs from numpy at {list(idx)}: {g[idx]!r} vs {w[idx]!r} "
-                       f"({int((~close).sum())} of {close.size} elements beyond rtol {rtol:g}, atol {atol:g})")
+            bad.append(
+                f"output '{name}' differs from numpy at {list(idx)}: {g[idx]!r} vs {w[idx]!r} "
+                f"({int((~close).sum())} of {close.size} elements beyond rtol {rtol:g}, atol {atol:g})"
+            )
     if bad:
         d = Diagnostic("error", "results do not match the numpy reference: " + bad[0])
         for b in bad[1:]:
@@ -286,17 +366,40 @@ def profile_table(rows, peaks: dict | None, top: int | None) -> str:  # noqa: AN
     p = Peaks(**peaks) if peaks else None
     total = sum(r.ms for r in rows) or 1.0
     table = Table(box=box.SIMPLE_HEAD, title=None)
-    for col in ("kernel", "launches", "ms", "%", "GFLOP/s", "GB/s", "FLOP/B", "bound", "% peak", "onnx nodes"):
+    for col in (
+        "kernel",
+        "launches",
+        "ms",
+        "%",
+        "GFLOP/s",
+        "GB/s",
+        "FLOP/B",
+        "bound",
+        "% peak",
+        "onnx nodes",
+    ):
         table.add_column(col, justify="left" if col in ("kernel", "bound", "onnx nodes") else "right")
     for r in rows[:top] if top else rows:
         bound, frac = r.bound(p)
         nodes = ", ".join(r.locs[:3]) + (f" (+{len(r.locs) - 3})" if len(r.locs) > 3 else "")
-        table.add_row(r.name, str(r.launches), f"{r.ms:.3f}", f"{100 * r.ms / total:.1f}", f"{r.gflops:.1f}",
-                      f"{r.gbps:.1f}", f"{r.intensity:.2f}", bound, "-" if frac is None else f"{100 * frac:.0f}",
-                      nodes)
+        table.add_row(
+            r.name,
+            str(r.launches),
+            f"{r.ms:.3f}",
+            f"{100 * r.ms / total:.1f}",
+            f"{r.gflops:.1f}",
+            f"{r.gbps:.1f}",
+            f"{r.intensity:.2f}",
+            bound,
+            "-" if frac is None else f"{100 * frac:.0f}",
+            nodes,
+        )
     buf = io.StringIO()
     Console(file=buf, width=160, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
     note = f"kernel time {total:.3f} ms per run"
-    note += (f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})" if p
-             else "; no calibration for this device: run 'tessel-run --calibrate' for the % of peak")
+    note += (
+        f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})"
+        if p
+        else "; no calibration for this device: run 'tessel-run --calibrate' for the % of peak"
+    )
     return buf.getvalue() + note + "\n"

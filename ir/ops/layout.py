@@ -25,14 +25,18 @@ def _layout(sig: Sig, rank: int) -> tuple[list[int], list[int], list[int]]:
     tiles = [int(t) for t in sig["inner_tiles"]]
     perm = [int(p) for p in sig["outer_dims_perm"]] or list(range(rank))
     check(len(dims) == len(tiles), f"inner_dims_pos {dims} and inner_tiles {tiles} differ in length")
-    check(len(set(dims)) == len(dims) and all(0 <= d < rank for d in dims),
-          f"inner_dims_pos {dims} must be distinct dims of a rank-{rank} tensor")
+    check(
+        len(set(dims)) == len(dims) and all(0 <= d < rank for d in dims),
+        f"inner_dims_pos {dims} must be distinct dims of a rank-{rank} tensor",
+    )
     check(all(t >= 1 for t in tiles), f"inner_tiles {tiles} must be positive")
     check(sorted(perm) == list(range(rank)), f"outer_dims_perm {perm} is not a permutation of {rank} dims")
     return dims, tiles, perm
 
 
-def packed_shape(shape: tuple[int, ...], dims: list[int], tiles: list[int], perm: list[int]) -> tuple[int, ...]:
+def packed_shape(
+    shape: tuple[int, ...], dims: list[int], tiles: list[int], perm: list[int]
+) -> tuple[int, ...]:
     tile_of = dict(zip(dims, tiles, strict=True))
     outer = [math.ceil(s / tile_of[i]) if i in tile_of else s for i, s in enumerate(shape)]
     return tuple([outer[p] for p in perm] + tiles)
@@ -45,7 +49,9 @@ def _pack_infer(sig: Sig) -> list[TensorType]:
     return [TensorType(packed_shape(x.dims, dims, tiles, perm), x.dtype)]
 
 
-def pack_array(x: np.ndarray, dims: list[int], tiles: list[int], perm: list[int], pad: float = 0.0) -> np.ndarray:
+def pack_array(
+    x: np.ndarray, dims: list[int], tiles: list[int], perm: list[int], pad: float = 0.0
+) -> np.ndarray:
     rank = x.ndim
     perm = perm or list(range(rank))
     tile_of = dict(zip(dims, tiles, strict=True))
@@ -66,7 +72,9 @@ def pack_array(x: np.ndarray, dims: list[int], tiles: list[int], perm: list[int]
     return np.ascontiguousarray(x.reshape(split).transpose(order))
 
 
-def unpack_array(y: np.ndarray, shape: list[int], dims: list[int], tiles: list[int], perm: list[int]) -> np.ndarray:
+def unpack_array(
+    y: np.ndarray, shape: list[int], dims: list[int], tiles: list[int], perm: list[int]
+) -> np.ndarray:
     rank = len(shape)
     perm = perm or list(range(rank))
     tile_of = dict(zip(dims, tiles, strict=True))
@@ -112,17 +120,36 @@ def _copy_cost(sig: Sig) -> Cost:
     return Cost(0, sum(t.nbytes for t in sig.operands), sum(t.nbytes for t in sig.results))
 
 
-LAYOUT_ATTRS = {"inner_dims_pos": attr("ints"), "inner_tiles": attr("ints"), "outer_dims_perm": attr("ints", [])}
+LAYOUT_ATTRS = {
+    "inner_dims_pos": attr("ints"),
+    "inner_tiles": attr("ints"),
+    "outer_dims_perm": attr("ints", []),
+}
 
-register(OpDef(
-    "pack", ("x",), infer=_pack_infer, reference=_pack_ref,
-    attrs={**LAYOUT_ATTRS, "padding_value": attr("float", 0.0)}, traits=PURE, cost=_copy_cost,
-    doc="Tiles the dims `inner_dims_pos` by `inner_tiles` into trailing blocks (padding the tails with "
+register(
+    OpDef(
+        "pack",
+        ("x",),
+        infer=_pack_infer,
+        reference=_pack_ref,
+        attrs={**LAYOUT_ATTRS, "padding_value": attr("float", 0.0)},
+        traits=PURE,
+        cost=_copy_cost,
+        doc="Tiles the dims `inner_dims_pos` by `inner_tiles` into trailing blocks (padding the tails with "
         "`padding_value`), outer dims ordered by `outer_dims_perm`: NCHW -> NCHW16c, B[K,N] -> [N/16,K,16].",
-))
+    )
+)
 
-register(OpDef(
-    "unpack", ("x",), infer=_unpack_infer, reference=_unpack_ref,
-    attrs={**LAYOUT_ATTRS, "shape": attr("ints")}, traits=PURE, cost=_copy_cost,
-    doc="Inverse of `pack` with the same layout attributes; `shape` is the unpacked shape (tails dropped).",
-))
+register(
+    OpDef(
+        "unpack",
+        ("x",),
+        infer=_unpack_infer,
+        reference=_unpack_ref,
+        attrs={**LAYOUT_ATTRS, "shape": attr("ints")},
+        traits=PURE,
+        cost=_copy_cost,
+        doc="Inverse of `pack` with the same layout attributes; `shape` is the unpacked shape "
+        "(tails dropped).",
+    )
+)

@@ -25,21 +25,33 @@ def _launch_verify(sig: Sig) -> None:
     kernels = sig["kernels"]
     check(isinstance(kernels, list) and kernels, "'kernels' must be a non-empty list of kernel dicts")
     for k in kernels:
-        check(isinstance(k, dict) and isinstance(k.get("name"), str),
-              "each entry of 'kernels' must be a dict with a 'name'")
+        check(
+            isinstance(k, dict) and isinstance(k.get("name"), str),
+            "each entry of 'kernels' must be a dict with a 'name'",
+        )
         glob = k.get("global")
-        check(isinstance(glob, list) and 1 <= len(glob) <= 3 and all(isinstance(g, int) and g >= 0 for g in glob),
-              f"kernel '{k['name']}' needs a 'global' size of 1 to 3 non-negative ints")
+        check(
+            isinstance(glob, list)
+            and 1 <= len(glob) <= 3
+            and all(isinstance(g, int) and g >= 0 for g in glob),
+            f"kernel '{k['name']}' needs a 'global' size of 1 to 3 non-negative ints",
+        )
         local = k.get("local", [])
-        check(isinstance(local, list) and (not local or len(local) == len(glob)),
-              f"kernel '{k['name']}' has a 'local' size of another rank than its global size")
+        check(
+            isinstance(local, list) and (not local or len(local) == len(glob)),
+            f"kernel '{k['name']}' has a 'local' size of another rank than its global size",
+        )
         if local:
-            check(all(g % lo == 0 for g, lo in zip(glob, local, strict=True)),
-                  f"kernel '{k['name']}': global size {glob} is not a multiple of local size {local}")
+            check(
+                all(g % lo == 0 for g, lo in zip(glob, local, strict=True)),
+                f"kernel '{k['name']}': global size {glob} is not a multiple of local size {local}",
+            )
     want = len(sig.results) + len(sig["scratch"])
-    check(len(sig["buffers"]) == want,
-          f"'buffers' names {len(sig['buffers'])} buffers for {len(sig.results)} results and "
-          f"{len(sig['scratch'])} scratch buffers")
+    check(
+        len(sig["buffers"]) == want,
+        f"'buffers' names {len(sig['buffers'])} buffers for {len(sig.results)} results and "
+        f"{len(sig['scratch'])} scratch buffers",
+    )
 
 
 def _launch_reference(sig: Sig, *args: np.ndarray) -> list[np.ndarray]:
@@ -50,30 +62,58 @@ def _launch_cost(sig: Sig) -> Cost:
     return Cost(int(sig["flops"]), sum(t.nbytes for t in sig.operands), sum(t.nbytes for t in sig.results))
 
 
-register(OpDef(
-    "cl.program", (), infer=lambda sig: [], reference=_nothing, results=0,
-    attrs={"source": attr("str"), "options": attr("strs", [])}, traits=frozenset({"target"}),
-    cost=lambda sig: Cost(),
-    doc="The OpenCL C source of every kernel the func launches, built once per model.",
-))
+register(
+    OpDef(
+        "cl.program",
+        (),
+        infer=lambda sig: [],
+        reference=_nothing,
+        results=0,
+        attrs={"source": attr("str"), "options": attr("strs", [])},
+        traits=frozenset({"target"}),
+        cost=lambda sig: Cost(),
+        doc="The OpenCL C source of every kernel the func launches, built once per model.",
+    )
+)
 
-register(OpDef(
-    "buf.alloc", (), infer=lambda sig: [], reference=_nothing, results=0,
-    attrs={"id": attr("int"), "bytes": attr("int")}, traits=frozenset({"target"}),
-    cost=lambda sig: Cost(),
-    doc="One device buffer of the memory plan; launches name it in their `buffers`.",
-))
+register(
+    OpDef(
+        "buf.alloc",
+        (),
+        infer=lambda sig: [],
+        reference=_nothing,
+        results=0,
+        attrs={"id": attr("int"), "bytes": attr("int")},
+        traits=frozenset({"target"}),
+        cost=lambda sig: Cost(),
+        doc="One device buffer of the memory plan; launches name it in their `buffers`.",
+    )
+)
 
-register(OpDef(
-    "cl.launch", ("args*",), infer=lambda sig: list(sig.results), reference=_launch_reference,
-    results="*", regions=1, verify=_launch_verify,
-    attrs={"kernels": attr("any"), "buffers": attr("ints"), "scratch": attr("ints", []),
-           "flops": attr("int", 0), "schedule": attr("any", {})},
-    traits=frozenset({"target", "region-body"}), cost=_launch_cost,
-    doc="Enqueues `kernels` (each `{name, global, local, args}`) of the func's cl.program. `buffers` names "
+register(
+    OpDef(
+        "cl.launch",
+        ("args*",),
+        infer=lambda sig: list(sig.results),
+        reference=_launch_reference,
+        results="*",
+        regions=1,
+        verify=_launch_verify,
+        attrs={
+            "kernels": attr("any"),
+            "buffers": attr("ints"),
+            "scratch": attr("ints", []),
+            "flops": attr("int", 0),
+            "schedule": attr("any", {}),
+        },
+        traits=frozenset({"target", "region-body"}),
+        cost=_launch_cost,
+        doc="Enqueues `kernels` (each `{name, global, local, args}`) of the func's cl.program. "
+        "`buffers` names "
         "the plan's buffer of each result, then of each temporary (`scratch`, in bytes). The region is its "
         "reference body.",
-))
+    )
+)
 
 
 def _view_infer(sig: Sig) -> list[TensorType]:
@@ -83,8 +123,15 @@ def _view_infer(sig: Sig) -> list[TensorType]:
     return [TensorType(shape, x.dtype)]
 
 
-register(OpDef(
-    "buf.view", ("x",), infer=_view_infer, reference=lambda sig, x: x.reshape([int(s) for s in sig["shape"]]),
-    attrs={"shape": attr("ints")}, traits=frozenset({"pure", "target"}), cost=lambda sig: Cost(),
-    doc="The operand's buffer seen with another shape (row-major): a reshape that needs no kernel.",
-))
+register(
+    OpDef(
+        "buf.view",
+        ("x",),
+        infer=_view_infer,
+        reference=lambda sig, x: x.reshape([int(s) for s in sig["shape"]]),
+        attrs={"shape": attr("ints")},
+        traits=frozenset({"pure", "target"}),
+        cost=lambda sig: Cost(),
+        doc="The operand's buffer seen with another shape (row-major): a reshape that needs no kernel.",
+    )
+)

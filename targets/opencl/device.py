@@ -8,8 +8,10 @@ from typing import Any
 
 from .kernels.base import DeviceInfo
 
-INSTALL_HINT = ("no OpenCL platform found: install one (on Debian/Ubuntu: apt-get install pocl-opencl-icd), "
-                "or run on the reference interpreter with --target=numpy")
+INSTALL_HINT = (
+    "no OpenCL platform found: install one (on Debian/Ubuntu: apt-get install pocl-opencl-icd), "
+    "or run on the reference interpreter with --target=numpy"
+)
 
 
 class NoOpenCL(Exception):
@@ -79,16 +81,21 @@ def device_info(d: Any) -> DeviceInfo:
     pcl = cl()
     ext = d.extensions
     return DeviceInfo(
-        name=d.name.strip(), compute_units=int(d.max_compute_units),
+        name=d.name.strip(),
+        compute_units=int(d.max_compute_units),
         max_work_group_size=int(d.max_work_group_size),
         vector_width=max(4, int(d.preferred_vector_width_float) or 4) if d.type & pcl.device_type.CPU else 4,
-        fp64="cl_khr_fp64" in ext, fp16="cl_khr_fp16" in ext, is_cpu=bool(d.type & pcl.device_type.CPU))
+        fp64="cl_khr_fp64" in ext,
+        fp16="cl_khr_fp16" in ext,
+        is_cpu=bool(d.type & pcl.device_type.CPU),
+    )
 
 
 def fingerprint(d: Any) -> str:
     """Stable id of a device for the calibration store: platform, device, driver and compute units."""
-    text = "|".join([d.platform.name, d.platform.version, d.name, d.version, d.driver_version,
-                     str(d.max_compute_units)])
+    text = "|".join(
+        [d.platform.name, d.platform.version, d.name, d.version, d.driver_version, str(d.max_compute_units)]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

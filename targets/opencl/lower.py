@@ -62,8 +62,13 @@ def lower_module(module: Module, info: DeviceInfo | None = None) -> Module:
         failures += lower_func(module, func, info)
     if failures:
         op0, why0 = failures[0]
-        d = Diagnostic("error", f"no OpenCL kernel for {len(failures)} op{'s' if len(failures) > 1 else ''}: "
-                       f"'{op0.name}' ({why0})", op0.pos, op0.loc)
+        d = Diagnostic(
+            "error",
+            f"no OpenCL kernel for {len(failures)} op{'s' if len(failures) > 1 else ''}: "
+            f"'{op0.name}' ({why0})",
+            op0.pos,
+            op0.loc,
+        )
         for op, why in failures[1:]:
             d.note(f"'{op.name}' {_where(op)}({why})", op.pos)
         raise DiagnosticError(d)
@@ -106,13 +111,24 @@ def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
         st.failures.append((op, "already target-level" if opdef else "unregistered"))
         block.append(op)
         return
-    if op.operands and all(id(v) in st.constant for v in op.operands) and opdef.has("pure") and not op.regions:
+    if (
+        op.operands
+        and all(id(v) in st.constant for v in op.operands)
+        and opdef.has("pure")
+        and not op.regions
+    ):
         block.append(op)  # computed once at load time from constants
         st.constant.update(id(r) for r in op.results)
         return
     if op.name in VIEW_OPS and op.results[0].type.is_static:
-        view = Op("buf.view", [op.operands[0]], [op.results[0].type],
-                  {"shape": list(op.results[0].type.dims)}, loc=op.loc, pos=op.pos)
+        view = Op(
+            "buf.view",
+            [op.operands[0]],
+            [op.results[0].type],
+            {"shape": list(op.results[0].type.dims)},
+            loc=op.loc,
+            pos=op.pos,
+        )
         _replace(block, op, view)
         return
     launch = _launch(module, block, op, st)
@@ -175,8 +191,12 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     kernels: list[dict[str, Any]] = []
     default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]
     for k in low.kernels:
-        entry: dict[str, Any] = {"name": st.kernel_name(k.source, op.name), "global": list(k.global_size),
-                                 "local": list(k.local_size or []), "args": list(k.args or default_args)}
+        entry: dict[str, Any] = {
+            "name": st.kernel_name(k.source, op.name),
+            "global": list(k.global_size),
+            "local": list(k.local_size or []),
+            "args": list(k.args or default_args),
+        }
         kernels.append(entry)
     opdef = get_op(op.name)
     assert opdef is not None

@@ -70,8 +70,9 @@ def save_peaks(device: Any, peaks: Peaks) -> str:
 
 
 def _module(body: str, args: str, result: str) -> Any:
-    return parse_module(f"module @calibrate {{\n  func @main({args}) -> {result} {{\n{body}\n  }}\n}}\n",
-                        "<calibrate>")
+    return parse_module(
+        f"module @calibrate {{\n  func @main({args}) -> {result} {{\n{body}\n  }}\n}}\n", "<calibrate>"
+    )
 
 
 def _best(exe: Executable, inputs: list[np.ndarray], repeat: int) -> float:
@@ -96,13 +97,16 @@ def calibrate(device: Any, repeat: int = 10) -> Peaks:
     info = dev.device_info(device)
     n = 1024
     t = f"tensor<{n}x{n}xf32>"
-    gemm = _module(f"    %0 = matmul %a, %b : ({t}, {t}) -> {t}\n    return %0 : {t}",
-                   f"%a: {t}, %b: {t}", t)
+    gemm = _module(f"    %0 = matmul %a, %b : ({t}, {t}) -> {t}\n    return %0 : {t}", f"%a: {t}, %b: {t}", t)
     lower_module(gemm, info)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
-    gflops = 2 * n**3 / best_kernel_seconds(Executable(gemm, gemm.funcs[0], device, profile=True), [a, b],
-                                            repeat) / 1e9
+    gflops = (
+        2
+        * n**3
+        / best_kernel_seconds(Executable(gemm, gemm.funcs[0], device, profile=True), [a, b], repeat)
+        / 1e9
+    )
     m = 16 << 20
     v = f"tensor<{m}xf32>"
     add = _module(f"    %0 = add %a, %b : ({v}, {v}) -> {v}\n    return %0 : {v}", f"%a: {v}, %b: {v}", v)
@@ -115,8 +119,13 @@ def calibrate(device: Any, repeat: int = 10) -> Peaks:
     lower_module(tiny, info)
     one = Executable(tiny, tiny.funcs[0], device)
     launch = _best(one, [np.ones(1, np.float32)], 50)
-    return Peaks(round(gflops, 1), round(gbps, 1), round(launch * 1e6, 1), dev.describe(device),
-                 time.strftime("%Y-%m-%d"))
+    return Peaks(
+        round(gflops, 1),
+        round(gbps, 1),
+        round(launch * 1e6, 1),
+        dev.describe(device),
+        time.strftime("%Y-%m-%d"),
+    )
 
 
 @dataclass
@@ -151,14 +160,22 @@ class KernelRow:
 
     def as_dict(self, peaks: Peaks | None) -> dict[str, Any]:
         bound, frac = self.bound(peaks)
-        return {"kernel": self.name, "launches": self.launches, "ms": round(self.ms, 4),
-                "gflops": round(self.gflops, 2), "gbps": round(self.gbps, 2),
-                "intensity": round(self.intensity, 3), "bound": bound,
-                "peak_fraction": None if frac is None else round(frac, 3), "ops": self.ops, "onnx": self.locs}
+        return {
+            "kernel": self.name,
+            "launches": self.launches,
+            "ms": round(self.ms, 4),
+            "gflops": round(self.gflops, 2),
+            "gbps": round(self.gbps, 2),
+            "intensity": round(self.intensity, 3),
+            "bound": bound,
+            "peak_fraction": None if frac is None else round(frac, 3),
+            "ops": self.ops,
+            "onnx": self.locs,
+        }
 
 
 def kernel_rows(exe: Executable, stats: RunStats) -> list[KernelRow]:
-    """One row per kernel (kernels shared by identical ops are one row with several launches), slowest first."""
+    """One row per kernel, slowest first (a kernel shared by identical ops is one row with its launches)."""
     rows: dict[str, KernelRow] = {}
     for i, step in enumerate(exe.steps):
         times = stats.kernel_ns.get(i)

@@ -30,7 +30,8 @@ _PROGRAMS: dict[tuple[str, int], Any] = {}
 def cache_dir() -> str:
     """Where compiled programs and calibrations are kept: $TESSEL_CACHE_DIR, else ~/.cache/tessel."""
     base = os.environ.get("TESSEL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tessel")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tessel"
+    )
     return base
 
 
@@ -52,7 +53,9 @@ def build_program(context: Any, source: str, options: Sequence[str] = ()) -> Any
             try:
                 prg = cl.Program(context, source).build(options=["-w", *options], cache_dir=path)
             except cl.RuntimeError as e:
-                raise DiagnosticError(Diagnostic("error", f"the OpenCL program does not build: {e}")) from None
+                raise DiagnosticError(
+                    Diagnostic("error", f"the OpenCL program does not build: {e}")
+                ) from None
         _PROGRAMS[key] = prg
     return prg
 
@@ -94,13 +97,21 @@ class Executable:
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
-            raise DiagnosticError(Diagnostic("error", f"func @{func.name} is not lowered for OpenCL (no "
-                                             "cl.program): run tessel-codegen --target=opencl first"))
+            raise DiagnosticError(
+                Diagnostic(
+                    "error",
+                    f"func @{func.name} is not lowered for OpenCL (no "
+                    "cl.program): run tessel-codegen --target=opencl first",
+                )
+            )
         t0 = time.perf_counter()
         self.program = build_program(self.context, source)
         self.build_seconds = time.perf_counter() - t0
-        self.slots = [cl.Buffer(self.context, mf.READ_WRITE, max(int(op.attrs["bytes"]), 4))
-                      for op in ops if op.name == "buf.alloc"]
+        self.slots = [
+            cl.Buffer(self.context, mf.READ_WRITE, max(int(op.attrs["bytes"]), 4))
+            for op in ops
+            if op.name == "buf.alloc"
+        ]
         self.peak_bytes = sum(max(int(op.attrs["bytes"]), 4) for op in ops if op.name == "buf.alloc")
         self.buf: dict[int, Any] = {}  # value id -> device buffer
         self.host: dict[int, np.ndarray] = {}  # value id -> load-time array
@@ -121,8 +132,11 @@ class Executable:
         if b is None:
             a = np.ascontiguousarray(self.host[id(v)])
             mf = self.cl.mem_flags
-            b = self.cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) if a.nbytes \
+            b = (
+                self.cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+                if a.nbytes
                 else self.cl.Buffer(self.context, mf.READ_ONLY, 4)
+            )
             self.weight_bytes += a.nbytes
             self.buf[id(v)] = b
         return b
@@ -146,11 +160,19 @@ class Executable:
         # a load-time op: every operand is known on the host
         opdef = get_op(op.name)
         if opdef is None or any(id(v) not in self.host for v in op.operands):
-            raise DiagnosticError(Diagnostic("error", f"'{op.name}' is not lowered for OpenCL: it needs values "
-                                             "computed on the device", op.pos, op.loc))
+            raise DiagnosticError(
+                Diagnostic(
+                    "error",
+                    f"'{op.name}' is not lowered for OpenCL: it needs values computed on the device",
+                    op.pos,
+                    op.loc,
+                )
+            )
         try:
             with np.errstate(all="ignore"):
-                out = opdef.reference(op_sig(op, self.module.resources), *[self.host[id(v)] for v in op.operands])
+                out = opdef.reference(
+                    op_sig(op, self.module.resources), *[self.host[id(v)] for v in op.operands]
+                )
         except OpError as e:
             raise DiagnosticError(Diagnostic("error", f"'{op.name}' op {e}", op.pos, op.loc)) from None
         outs = list(out) if isinstance(out, list | tuple) else [out]
@@ -173,9 +195,19 @@ class Executable:
             kobj = self.cl.Kernel(self.program, k["name"])
             kobj.set_args(*[table[a] for a in k["args"]])
             last = i == len(kernels) - 1
-            self.steps.append(Step(kobj, k["name"], tuple(k["global"]), tuple(k["local"]) or None, index,
-                                   inner.name, op.loc, int(op.attrs.get("flops", 0)) if last else 0,
-                                   nbytes if last else 0))
+            self.steps.append(
+                Step(
+                    kobj,
+                    k["name"],
+                    tuple(k["global"]),
+                    tuple(k["local"]) or None,
+                    index,
+                    inner.name,
+                    op.loc,
+                    int(op.attrs.get("flops", 0)) if last else 0,
+                    nbytes if last else 0,
+                )
+            )
 
     # running ----------------------------------------------------------------------------------------
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
@@ -208,7 +240,9 @@ class Executable:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.enqueue(inputs)[0]
 
-    def measure(self, inputs: Sequence[np.ndarray], repeat: int, warmup: int = 1) -> tuple[list[np.ndarray], RunStats]:
+    def measure(
+        self, inputs: Sequence[np.ndarray], repeat: int, warmup: int = 1
+    ) -> tuple[list[np.ndarray], RunStats]:
         """Run `warmup` untimed times, then `repeat` timed ones; kernel times too when profiling."""
         results: list[np.ndarray] = []
         for _ in range(warmup):
@@ -225,7 +259,9 @@ class Executable:
         return results, stats
 
 
-def run_module(module: Module, func: Func, inputs: Sequence[np.ndarray], device: Any = None) -> list[np.ndarray]:
+def run_module(
+    module: Module, func: Func, inputs: Sequence[np.ndarray], device: Any = None
+) -> list[np.ndarray]:
     return Executable(module, func, device).run(inputs)
 
 

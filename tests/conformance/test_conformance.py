@@ -55,6 +55,39 @@ def test_node_case(name: str) -> None:
         pytest.fail(f"{name} no longer passes ({r.status}): {r.message}", pytrace=False)
 
 
+# --- the OpenCL target's pass list ----------------------------------------------------------------------
+
+PASSING_OPENCL = conformance.read_pass_list("opencl")
+
+
+def _opencl_reason() -> str | None:
+    from tessel.targets.opencl.device import opencl_available
+
+    return opencl_available()
+
+
+def test_opencl_pass_list_is_reported_in_the_docs() -> None:
+    text = conformance.docs_path("opencl").read_text(encoding="utf-8")
+    m = re.search(r"\*\*(\d+) of (\d+) cases pass\*\*", text)
+    assert m and int(m.group(1)) == len(PASSING_OPENCL), "run make conformance TARGET=opencl"
+    assert set(PASSING_OPENCL) <= set(PASSING), "a case passes on OpenCL but not on the reference"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if i % 8 == 0 else [pytest.mark.slow])
+                                  for i, n in enumerate(PASSING_OPENCL)])
+def test_opencl_node_case(name: str) -> None:
+    """Every 8th case of passing_opencl.txt runs in `make test` (each builds its kernels); all in test-all."""
+    reason = _opencl_reason()
+    if reason:
+        pytest.skip(reason)
+    cases = conformance.load_cases()
+    if name not in cases:
+        pytest.skip(f"{name} is not a node test case in this onnx version")
+    r = conformance.run_case(cases[name], "opencl")
+    if r.status != "pass":
+        pytest.fail(f"{name} no longer passes on opencl ({r.status}): {r.message}", pytrace=False)
+
+
 # --- the runner itself ----------------------------------------------------------------------------------
 
 def _dying_executor(module: object, func: object) -> Callable[[list], list]:

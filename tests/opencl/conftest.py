@@ -1,5 +1,4 @@
 import pytest
-
 from tessel.targets.opencl.device import opencl_available
 
 REASON = opencl_available()

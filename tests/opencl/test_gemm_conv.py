@@ -117,7 +117,8 @@ def test_not_lowerable(op, types, attrs, reason) -> None:
 
 @pytest.mark.parametrize("attrs,xs,ws", [
     ({}, (1, 3, 5, 5), (3, 4, 3, 3)),
-    ({"strides": [2, 2], "pads": [1, 0, 1, 1], "output_padding": [1, 0], "bias": True}, (2, 4, 4, 3), (4, 2, 3, 2)),
+    ({"strides": [2, 2], "pads": [1, 0, 1, 1], "output_padding": [1, 0], "bias": True},
+     (2, 4, 4, 3), (4, 2, 3, 2)),
     ({"strides": [2, 1], "dilations": [2, 2], "groups": 2}, (1, 4, 3, 4), (4, 3, 2, 3)),
 ])
 def test_conv_transpose2d(attrs: dict, xs: tuple, ws: tuple) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+
 from tests.models.test_models import (
-    BIN,
     BIG_WEIGHTS,
+    BIN,
     DATA,
     PYTORCH,
     _light_params,
@@ -26,7 +27,11 @@ from tests.models.test_models import (
 )
 
 
-@pytest.mark.parametrize("path", _light_params(slow=BIG_WEIGHTS))
+OPENCL_SLOW = BIG_WEIGHTS | {"light_densenet121", "light_inception_v1", "light_inception_v2"}
+"""Each builds 100-200 distinct kernels, 20-120 s on a cold PoCL cache: run by `make test-all`."""
+
+
+@pytest.mark.parametrize("path", _light_params(slow=OPENCL_SLOW))
 def test_light_model_with_random_weights_on_opencl(path: Path) -> None:
     from tessel.frontends.onnx.randomize import randomize_weights
 
@@ -40,8 +45,9 @@ def test_light_model_with_random_weights_on_opencl(path: Path) -> None:
     assert int(np.argmax(got[0])) == int(np.argmax(expected[0])), "top class differs from onnxruntime's"
 
 
-@pytest.mark.parametrize("case", PYTORCH, ids=[f"{p.parent.name.removeprefix('pytorch-')}/{p.name}"
-                                               for p in PYTORCH])
+@pytest.mark.parametrize(
+    "case", PYTORCH, ids=[f"{p.parent.name.removeprefix('pytorch-')}/{p.name}" for p in PYTORCH]
+)
 def test_pytorch_model_on_opencl(case: Path) -> None:
     model = onnx.load(case / "model.onnx")
     for inputs, expected in _load_data_sets(case):
@@ -50,12 +56,18 @@ def test_pytorch_model_on_opencl(case: Path) -> None:
 
 
 def test_resnet50_one_pipe_with_profile(tmp_path: Path) -> None:
-    """tessel-import | tessel-opt -O1 | tessel-codegen --target=opencl | tessel-run --random-inputs --profile."""
+    """The issue's pipe: tessel-import | tessel-opt -O1 | tessel-codegen | tessel-run --profile."""
     path = DATA / "light" / "light_resnet50.onnx"
-    pipe = (f"{BIN}/tessel-import {path} | {BIN}/tessel-opt -O1 | {BIN}/tessel-codegen --target=opencl | "
-            f"{BIN}/tessel-run --random-inputs --profile --top 5 --report-json {tmp_path}/r.json")
-    r = subprocess.run(["bash", "-o", "pipefail", "-c", pipe], capture_output=True, text=True,
-                       env=dict(os.environ, COLUMNS="120"))
+    pipe = (
+        f"{BIN}/tessel-import {path} | {BIN}/tessel-opt -O1 | {BIN}/tessel-codegen --target=opencl | "
+        f"{BIN}/tessel-run --random-inputs --profile --top 5 --report-json {tmp_path}/r.json"
+    )
+    r = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pipe],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="120"),
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     assert "conv2d" in r.stdout and "GFLOP/s" in r.stdout and "ran @main on opencl" in r.stdout
     import json

@@ -54,7 +54,8 @@ def _long_options(command: click.Command) -> list[str]:
 
 
 @pytest.mark.parametrize("page,command", [("tessel-opt.md", opt.main), ("tessel-run.md", run.main),
-                                          ("tessel-import.md", import_.main), ("tessel-codegen.md", codegen.main)],
+                                          ("tessel-import.md", import_.main),
+                                          ("tessel-codegen.md", codegen.main)],
                          ids=["tessel-opt", "tessel-run", "tessel-import", "tessel-codegen"])
 def test_every_long_option_is_documented(page: str, command: click.Command) -> None:
     text = (DOCS / "tools" / page).read_text(encoding="utf-8")

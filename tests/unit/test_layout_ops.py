@@ -23,7 +23,13 @@ def test_nchw_to_nchw16c() -> None:
     assert y[1, 0, 2, 1, 5] == x[1, 5, 2, 1]
     assert y[0, 1, 0, 0, 3] == x[0, 19, 0, 0]
     assert (y[:, 1, :, :, 4:] == 0).all(), "the channel tail is padded with zeros"
-    assert _infer("pack", (2, 20, 3, 3), {"inner_dims_pos": [1], "inner_tiles": [16]}).dims == (2, 2, 3, 3, 16)
+    assert _infer("pack", (2, 20, 3, 3), {"inner_dims_pos": [1], "inner_tiles": [16]}).dims == (
+        2,
+        2,
+        3,
+        3,
+        16,
+    )
 
 
 def test_gemm_b_panels() -> None:

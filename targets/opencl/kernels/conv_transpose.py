@@ -29,7 +29,8 @@ def lower_conv_transpose2d(ctx: Ctx) -> Lowered:
     bias = len(ctx.operands) == 3
     k = launch_1d(y.numel)
     params = ", __global const float* restrict in2" if bias else ""
-    k.source = f"""// conv_transpose2d: {x} * {w} -> {y} (strides {sh}x{sw}, pads {ph},{pw}, dilations {dh}x{dw}, groups {g})
+    k.source = f"""// conv_transpose2d: {x} * {w} -> {y}
+// strides {sh}x{sw}, pads {ph},{pw}, dilations {dh}x{dw}, groups {g}
 __kernel void KERNEL(__global const float* restrict in0, __global const float* restrict in1{params},
                      __global float* restrict out0) {{
     const long i = get_global_id(0);
@@ -47,7 +48,8 @@ __kernel void KERNEL(__global const float* restrict in0, __global const float* r
             const int ix = tx / {sw};
             for (int cc = 0; cc < {cg}; ++cc) {{
                 const int ci = grp * {cg} + cc;
-                acc += in0[((b * {c} + ci) * {h} + iy) * {wd} + ix] * in1[((ci * {og} + oo) * {kh} + ky) * {kw} + kx];
+                acc += in0[((b * {c} + ci) * {h} + iy) * {wd} + ix]
+                       * in1[((ci * {og} + oo) * {kh} + ky) * {kw} + kx];
             }}
         }}
     }}

@@ -20,8 +20,15 @@ from .. import device as dev
 from .base import TEMPLATES, Ctx, Lowered
 
 
-def lower_op(op_name: str, types: list[TensorType], attrs: dict[str, Any], *, constant: tuple[bool, ...] = (),
-             schedule: dict[str, Any] | None = None, info: Any = None) -> tuple[Ctx, Lowered]:
+def lower_op(
+    op_name: str,
+    types: list[TensorType],
+    attrs: dict[str, Any],
+    *,
+    constant: tuple[bool, ...] = (),
+    schedule: dict[str, Any] | None = None,
+    info: Any = None,
+) -> tuple[Ctx, Lowered]:
     from . import load_all
 
     load_all()
@@ -29,8 +36,13 @@ def lower_op(op_name: str, types: list[TensorType], attrs: dict[str, Any], *, co
     assert opdef is not None, op_name
     sig = opdef.sig(types, attrs)
     sig.results = opdef.infer(sig)
-    ctx = Ctx(op_name, sig, info or dev.device_info(dev.pick_device()), constant or (False,) * len(types),
-              dict(schedule or {}))
+    ctx = Ctx(
+        op_name,
+        sig,
+        info or dev.device_info(dev.pick_device()),
+        constant or (False,) * len(types),
+        dict(schedule or {}),
+    )
     return ctx, TEMPLATES[op_name](ctx)
 
 
@@ -38,14 +50,21 @@ def build(lowered: Lowered, context: Any, info: Any) -> list[Any]:
     """The kernel objects of `lowered`, in order."""
     cl = dev.cl()
     names = [f"k{i}" for i in range(len(lowered.kernels))]
-    src = dev.preamble(info) + "\n".join(re.sub(r"\bKERNEL", n, k.source)
-                                          for n, k in zip(names, lowered.kernels, strict=True))
+    src = dev.preamble(info) + "\n".join(
+        re.sub(r"\bKERNEL", n, k.source) for n, k in zip(names, lowered.kernels, strict=True)
+    )
     prg = cl.Program(context, src).build(options=["-w"])
     return [getattr(prg, n) for n in names]
 
 
-def run_op(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None, *,
-           schedule: dict[str, Any] | None = None, repeat: int = 0) -> tuple[list[np.ndarray], float]:
+def run_op(
+    op_name: str,
+    inputs: list[np.ndarray],
+    attrs: dict[str, Any] | None = None,
+    *,
+    schedule: dict[str, Any] | None = None,
+    repeat: int = 0,
+) -> tuple[list[np.ndarray], float]:
     """Results and (when repeat > 0) the median seconds of `repeat` timed runs of all the op's kernels."""
     cl = dev.cl()
     device = dev.pick_device()
@@ -58,16 +77,25 @@ def run_op(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None 
     for i, spec in lowered.pack.items():
         arrays[i] = pack_operand(arrays[i], spec.attrs())
     mf = cl.mem_flags
-    ins = [cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) if a.nbytes
-           else cl.Buffer(context, mf.READ_ONLY, 4) for a in arrays]
+    ins = [
+        cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        if a.nbytes
+        else cl.Buffer(context, mf.READ_ONLY, 4)
+        for a in arrays
+    ]
     outs_host = [np.empty(t.dims, t.np_dtype) for t in ctx.results]
     outs = [cl.Buffer(context, mf.READ_WRITE, max(o.nbytes, 4)) for o in outs_host]
     tmps = [cl.Buffer(context, mf.READ_WRITE, max(n, 4)) for n in lowered.scratch]
     kernels = build(lowered, context, info)
-    table = {f"in{i}": b for i, b in enumerate(ins)} | {f"out{i}": b for i, b in enumerate(outs)} \
+    table = (
+        {f"in{i}": b for i, b in enumerate(ins)}
+        | {f"out{i}": b for i, b in enumerate(outs)}
         | {f"tmp{i}": b for i, b in enumerate(tmps)}
+    )
     for kobj, k in zip(kernels, lowered.kernels, strict=True):
-        names = k.args or tuple(f"in{i}" for i in range(len(ins))) + tuple(f"out{i}" for i in range(len(outs)))
+        names = k.args or tuple(f"in{i}" for i in range(len(ins))) + tuple(
+            f"out{i}" for i in range(len(outs))
+        )
         kobj.set_args(*[table[n] for n in names])
 
     def once() -> None:
@@ -92,8 +120,15 @@ def run_op(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None 
     return outs_host, seconds
 
 
-def check_op(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None, *,
-             rtol: float = 1e-5, atol: float = 1e-6, schedule: dict[str, Any] | None = None) -> None:
+def check_op(
+    op_name: str,
+    inputs: list[np.ndarray],
+    attrs: dict[str, Any] | None = None,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    schedule: dict[str, Any] | None = None,
+) -> None:
     """Assert the OpenCL template matches the registry reference on `inputs`."""
     opdef = get_op(op_name)
     assert opdef is not None
