@@ -173,6 +173,11 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     ctx, low = lowered
     operands = list(op.operands)
     for i, spec in sorted(low.pack.items()):
+        if spec.reshape:
+            t = TensorType(tuple(spec.reshape), operands[i].type.dtype)
+            _lower_op(module, block, Op("reshape", [operands[i]], [t], {"shape": list(spec.reshape)}, loc=op.loc),
+                      st)
+            operands[i] = block.ops[-1].results[0]
         pdef = get_op("pack")
         assert pdef is not None
         packed = pdef.infer(pdef.sig([operands[i].type], spec.attrs()))
@@ -183,9 +188,14 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     args: list[Value] = list(body.args)
     for i, spec in sorted(low.pack.items()):
         attrs = {k: v for k, v in spec.attrs().items() if k != "padding_value"}
-        attrs["shape"] = list(op.operands[i].type.dims)
-        un = body.append(Op("unpack", [args[i]], [op.operands[i].type], attrs, loc=op.loc))
+        original = op.operands[i].type
+        shape = tuple(spec.reshape) or original.dims
+        attrs["shape"] = list(shape)
+        un = body.append(Op("unpack", [args[i]], [TensorType(shape, original.dtype)], attrs, loc=op.loc))
         args[i] = un.results[0]
+        if spec.reshape:
+            back = Op("reshape", [args[i]], [original], {"shape": list(original.dims)}, loc=op.loc)
+            args[i] = body.append(back).results[0]
     inner = body.append(Op(op.name, args, op.result_types, dict(op.attrs), loc=op.loc, pos=op.pos))
     body.append(Op("yield", inner.results))
     kernels: list[dict[str, Any]] = []

@@ -128,3 +128,13 @@ def test_conv_transpose2d(attrs: dict, xs: tuple, ws: tuple) -> None:
     if attrs.pop("bias", False):
         ins.append(rng.standard_normal(ws[1] * attrs.get("groups", 1)).astype(np.float32))
     check_op("conv_transpose2d", ins, attrs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,o,g,k", [(136, 136, 4, 1), (60, 40, 4, 3), (24, 30, 3, 1)])
+def test_grouped_conv_with_padded_group_columns(c: int, o: int, g: int, k: int) -> None:
+    """Groups of 34, 10 or 10 output channels get 16- or 8-wide columns padded per group."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, c, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    check_op("conv2d", [x, w, b], {"groups": g, "pads": [k // 2] * 4}, rtol=1e-4, atol=1e-4)

@@ -54,6 +54,7 @@ class PackSpec:
     inner_tiles: tuple[int, ...]
     outer_dims_perm: tuple[int, ...] = ()
     padding_value: float = 0.0
+    reshape: tuple[int, ...] = ()  # row-major reshape applied before packing (e.g. split O into groups)
 
     def attrs(self) -> dict[str, Any]:
         return {"inner_dims_pos": list(self.inner_dims_pos), "inner_tiles": list(self.inner_tiles),

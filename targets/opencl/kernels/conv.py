@@ -112,7 +112,7 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
 
 
 def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], has_bias: bool,
-                 epilogue: Epilogue | None) -> list[str]:
+                 epilogue: Epilogue | None, lane_limit: bool = False) -> list[str]:
     """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels oc0..) to NCHW."""
     hw = geo.ho * geo.wo
     lines = []
@@ -136,14 +136,19 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
             if epilogue:
                 v = epilogue(v, idx, 1)
             store = f"Y[{idx}] = {v};"
-            lines.append(f"{ind}if (oc0 + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
+            if lane_limit and j:
+                lines.append(f"{ind}if ({j} < lim) {store}")
+            else:
+                lines.append(f"{ind}if (oc0 + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
         if conds:
             lines.append("    }")
     return lines
 
 
 def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
-                 epilogue: Epilogue | None) -> str:
+                 epilogue: Epilogue | None, cpg: int = 0) -> str:
+    """`cpg` > 0: grouped conv whose groups' output channels are padded to `cpg` columns of `width` each
+    (weights packed per group), so a group of 34 channels still gets 16-wide columns."""
     cbn = math.ceil(geo.cg / cb)
     vt = vtype(width)
     r = th * tw
@@ -163,8 +168,11 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
         f"    if (t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}) return;",
         f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
         f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
-        f"    const int oc0 = ob * {width};",
-        f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;",
+        *([f"    const int grp = ob / {cpg};",
+           f"    const int oc0 = grp * {geo.og} + ob % {cpg} * {width};",
+           f"    const int lim = {geo.og} - ob % {cpg} * {width};  // valid lanes of this column"] if cpg else
+          [f"    const int oc0 = ob * {width};",
+           f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;"]),
         f"    const __global float* xb = P + ((long)(n * {geo.g} + grp) * {cbn * hp} + oh0 * {geo.sh})"
         f" * {wp * cb} + ow0 * {geo.sw * cb};",
         f"    const __global float* wp = W + ob * {cbn * geo.kh * geo.kw * cb * width};",
@@ -180,7 +188,7 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
         lines += [f"                {a} = mad(xk[{off + ci}], w{ci}, {a});"
                   for a, off in zip(accs, offs, strict=True)]
     lines += ["            }", "        }", "    }"]
-    lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
+    lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue, lane_limit=bool(cpg))
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -261,18 +269,26 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
         src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue)
         blocks, cb = math.ceil(geo.c / width), width
     else:
-        # a column of output channels stays inside one group
+        # a column of output channels stays inside one group: when the group size has no wide power-of-2
+        # divisor (34 channels), each group's channels are padded to whole 8- or 16-wide columns instead
+        cpg = 0
         width = pick_cols(geo.o) if geo.g == 1 else math.gcd(geo.og, 16)
+        if geo.g > 1 and width < 8 and geo.og >= 8 and "cols" not in ctx.schedule:
+            width = 16 if geo.og >= 12 else 8
+            cpg = math.ceil(geo.og / width)
         width = int(ctx.schedule.get("cols", width))
-        if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and geo.og % width):
+        if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and not cpg and geo.og % width):
             raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16 and divide the "
                                f"{geo.og} output channels of a group")
         cb = int(ctx.schedule.get("cin_block", pick_block(geo.cg)))
-        pack = {1: PackSpec((1, 0), (cb, width))}
+        if cpg:
+            pack = {1: PackSpec((2, 1), (cb, width), reshape=(geo.g, geo.og, geo.cg, geo.kh, geo.kw))}
+        else:
+            pack = {1: PackSpec((1, 0), (cb, width))}
         first = repack_input(geo, geo.g, geo.cg, cb, hp, wp)
         scratch = 4 * geo.n * geo.g * math.ceil(geo.cg / cb) * cb * hp * wp
-        src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue)
-        blocks = math.ceil(geo.o / width)
+        src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg)
+        blocks = geo.g * cpg if cpg else math.ceil(geo.o / width)
     local = 4
     while local > 1 and math.ceil(tiles / local) * blocks * geo.n < 16:
         local //= 2

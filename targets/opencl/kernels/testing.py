@@ -75,7 +75,8 @@ def run_op(
     ctx, lowered = lower_op(op_name, types, dict(attrs or {}), schedule=schedule, info=info)
     arrays = [np.ascontiguousarray(a) for a in inputs]
     for i, spec in lowered.pack.items():
-        arrays[i] = pack_operand(arrays[i], spec.attrs())
+        src = arrays[i].reshape(spec.reshape) if spec.reshape else arrays[i]
+        arrays[i] = pack_operand(src, spec.attrs())
     mf = cl.mem_flags
     ins = [
         cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
