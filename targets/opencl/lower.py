@@ -175,8 +175,8 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     for i, spec in sorted(low.pack.items()):
         if spec.reshape:
             t = TensorType(tuple(spec.reshape), operands[i].type.dtype)
-            _lower_op(module, block, Op("reshape", [operands[i]], [t], {"shape": list(spec.reshape)}, loc=op.loc),
-                      st)
+            reshape = Op("reshape", [operands[i]], [t], {"shape": list(spec.reshape)}, loc=op.loc)
+            _lower_op(module, block, reshape, st)
             operands[i] = block.ops[-1].results[0]
         pdef = get_op("pack")
         assert pdef is not None

@@ -26,7 +26,6 @@ from tests.models.test_models import (
     with_logits,
 )
 
-
 OPENCL_SLOW = BIG_WEIGHTS | {"light_densenet121", "light_inception_v1", "light_inception_v2"}
 """Each builds 100-200 distinct kernels, 20-120 s on a cold PoCL cache: run by `make test-all`."""
 
