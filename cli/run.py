@@ -243,7 +243,7 @@ def main(
             if repeat == 1
             else f"median {median:.3f} ms, min {best:.3f} ms over {repeat} runs"
         )
-        sys.stdout.write(f"ran @{func.name} on {where}: {timing}\n")
+        sys.stdout.write(f"ran @{func.name} on {where} in {timing}\n")
         if exe is not None:
             sys.stdout.write(
                 f"loaded in {report['load_ms']:.1f} ms (program build {report['build_ms']:.1f} ms); "

@@ -59,8 +59,10 @@ _LONG_OK = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")
 
 
 def is_long_string(s: str) -> bool:
-    """Multi-line text (an OpenCL program) prints raw between triple quotes, so it stays readable."""
-    return "\n" in s and '"""' not in s and not s.endswith('"') and _LONG_OK.fullmatch(s) is not None
+    """Multi-line text (an OpenCL program: lines ending in newlines, no quote or backslash) prints raw
+    between triple quotes, so it stays readable; other strings keep their escapes."""
+    return (s.endswith("\n") and s.count("\n") > 1 and '"' not in s and "\\" not in s
+            and _LONG_OK.fullmatch(s) is not None)
 
 
 def long_quote(s: str) -> str:
