@@ -49,6 +49,24 @@ def _pack_infer(sig: Sig) -> list[TensorType]:
     return [TensorType(packed_shape(x.dims, dims, tiles, perm), x.dtype)]
 
 
+def _split_order(padded: list[int], dims: list[int], tiles: list[int],
+                 perm: list[int]) -> tuple[list[int], list[int]]:
+    """The padded shape with each tiled dim split in (outer, tile), and the transpose from that to the
+    packed layout (outer dims in `perm` order, then the tiles in `dims` order)."""
+    tile_of = dict(zip(dims, tiles, strict=True))
+    split: list[int] = []
+    where: dict[int, int] = {}  # dim -> axis of its outer part in the split array
+    inner_axis: dict[int, int] = {}
+    for i, s in enumerate(padded):
+        where[i] = len(split)
+        if i in tile_of:
+            split += [s // tile_of[i], tile_of[i]]
+            inner_axis[i] = len(split) - 1
+        else:
+            split.append(s)
+    return split, [where[p] for p in perm] + [inner_axis[d] for d in dims]
+
+
 def pack_array(
     x: np.ndarray, dims: list[int], tiles: list[int], perm: list[int], pad: float = 0.0
 ) -> np.ndarray:
@@ -58,17 +76,7 @@ def pack_array(
     widths = [(0, -s % tile_of[i]) if i in tile_of else (0, 0) for i, s in enumerate(x.shape)]
     if any(w for _, w in widths):
         x = np.pad(x, widths, constant_values=np.asarray(pad).astype(x.dtype))
-    split: list[int] = []
-    where: dict[int, int] = {}  # dim -> axis of its outer part in the split array
-    inner_axis: dict[int, int] = {}
-    for i, s in enumerate(x.shape):
-        where[i] = len(split)
-        if i in tile_of:
-            split += [s // tile_of[i], tile_of[i]]
-            inner_axis[i] = len(split) - 1
-        else:
-            split.append(s)
-    order = [where[p] for p in perm] + [inner_axis[d] for d in dims]
+    split, order = _split_order(list(x.shape), dims, tiles, perm)
     return np.ascontiguousarray(x.reshape(split).transpose(order))
 
 
@@ -79,17 +87,7 @@ def unpack_array(
     perm = perm or list(range(rank))
     tile_of = dict(zip(dims, tiles, strict=True))
     padded = [math.ceil(s / tile_of[i]) * tile_of[i] if i in tile_of else s for i, s in enumerate(shape)]
-    split: list[int] = []
-    where: dict[int, int] = {}
-    inner_axis: dict[int, int] = {}
-    for i, s in enumerate(padded):
-        where[i] = len(split)
-        if i in tile_of:
-            split += [s // tile_of[i], tile_of[i]]
-            inner_axis[i] = len(split) - 1
-        else:
-            split.append(s)
-    order = [where[p] for p in perm] + [inner_axis[d] for d in dims]
+    split, order = _split_order(padded, dims, tiles, perm)
     inverse = np.argsort(order)
     x = y.transpose(inverse).reshape(padded)
     return np.ascontiguousarray(x[tuple(slice(0, s) for s in shape)])
