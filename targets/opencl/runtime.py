@@ -259,12 +259,6 @@ class Executable:
         return results, stats
 
 
-def run_module(
-    module: Module, func: Func, inputs: Sequence[np.ndarray], device: Any = None
-) -> list[np.ndarray]:
-    return Executable(module, func, device).run(inputs)
-
-
 def opencl_executor(module: Module, func: Func) -> Any:
     """The onnx.backend adapter's executor factory: lower (when needed) for the default device and load."""
     from .lower import is_lowered, lower_module

@@ -45,14 +45,19 @@ def test_pass_list_names_existing_cases() -> None:
     assert not unknown, f"not node test cases in this onnx version: {unknown[:10]}"
 
 
-@pytest.mark.parametrize("name", PASSING)
-def test_node_case(name: str) -> None:
+def replay(name: str, target: str) -> None:
+    """Fail unless the listed case `name` still passes on `target`."""
     cases = conformance.load_cases()
     if name not in cases:
         pytest.skip(f"{name} is not a node test case in this onnx version")
-    r = conformance.run_case(cases[name], "numpy")
+    r = conformance.run_case(cases[name], target)
     if r.status != "pass":
-        pytest.fail(f"{name} no longer passes ({r.status}): {r.message}", pytrace=False)
+        pytest.fail(f"{name} no longer passes on {target} ({r.status}): {r.message}", pytrace=False)
+
+
+@pytest.mark.parametrize("name", PASSING)
+def test_node_case(name: str) -> None:
+    replay(name, "numpy")
 
 
 # --- the OpenCL target's pass list ----------------------------------------------------------------------
@@ -80,12 +85,7 @@ def test_opencl_node_case(name: str) -> None:
     reason = _opencl_reason()
     if reason:
         pytest.skip(reason)
-    cases = conformance.load_cases()
-    if name not in cases:
-        pytest.skip(f"{name} is not a node test case in this onnx version")
-    r = conformance.run_case(cases[name], "opencl")
-    if r.status != "pass":
-        pytest.fail(f"{name} no longer passes on opencl ({r.status}): {r.message}", pytrace=False)
+    replay(name, "opencl")
 
 
 # --- the runner itself ----------------------------------------------------------------------------------

@@ -119,6 +119,10 @@ def test_light_model_matches_shipped_output(path: Path) -> None:
 
 @pytest.mark.parametrize("path", _light_params(slow=BIG_WEIGHTS))
 def test_light_model_with_random_weights_matches_onnxruntime(path: Path) -> None:
+    check_random_weight_copy(path, "numpy")
+
+
+def check_random_weight_copy(path: Path, target: str) -> None:
     """Outputs and logits within rtol 1e-3 / atol 1e-4 of onnxruntime, and the same top class."""
     from tessel.frontends.onnx.randomize import randomize_weights
 
@@ -128,7 +132,7 @@ def test_light_model_with_random_weights_matches_onnxruntime(path: Path) -> None
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     expected = run_onnxruntime(model, {vi.name: x})
     assert float(np.ptp(expected[-1])) > 1e-3, "the random weights should make the classes score differently"
-    got = run_tessel(model, [x], f"random_{path.name}")
+    got = run_tessel(model, [x], f"random_{path.name}", target=target)
     assert_outputs_close(got, expected, rtol=1e-3, atol=1e-4)
     assert int(np.argmax(got[0])) == int(np.argmax(expected[0])), "top class differs from onnxruntime's"
 

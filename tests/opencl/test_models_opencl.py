@@ -8,7 +8,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
@@ -20,10 +19,8 @@ from tests.models.test_models import (
     _light_params,
     _load_data_sets,
     assert_outputs_close,
-    graph_inputs,
-    run_onnxruntime,
+    check_random_weight_copy,
     run_tessel,
-    with_logits,
 )
 
 OPENCL_SLOW = BIG_WEIGHTS | {"light_densenet121", "light_inception_v1", "light_inception_v2"}
@@ -32,16 +29,7 @@ OPENCL_SLOW = BIG_WEIGHTS | {"light_densenet121", "light_inception_v1", "light_i
 
 @pytest.mark.parametrize("path", _light_params(slow=OPENCL_SLOW))
 def test_light_model_with_random_weights_on_opencl(path: Path) -> None:
-    from tessel.frontends.onnx.randomize import randomize_weights
-
-    model = with_logits(randomize_weights(onnx.load(path), seed=0))
-    (vi,) = graph_inputs(model)
-    shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    expected = run_onnxruntime(model, {vi.name: x})
-    got = run_tessel(model, [x], f"random_{path.name}", target="opencl")
-    assert_outputs_close(got, expected, rtol=1e-3, atol=1e-4)
-    assert int(np.argmax(got[0])) == int(np.argmax(expected[0])), "top class differs from onnxruntime's"
+    check_random_weight_copy(path, "opencl")
 
 
 @pytest.mark.parametrize(
