@@ -112,10 +112,33 @@ class Verifier:
         if problem:
             self.diags.append(op_error(op, problem))
             return
+        if opdef.has("region-body"):
+            problem = self.region_body(op)
+            if problem:
+                self.diags.append(op_error(op, problem))
+                return
         for r in op.regions:
             for b in r.blocks:
-                inner = set(defined) | {id(a) for a in b.args}
+                # a region-body op (kernel, cl.launch) is isolated from above: only its block arguments
+                isolated = opdef.has("region-body")
+                inner = ({id(a) for a in b.args} if isolated else set(defined) | {id(a) for a in b.args})
                 self.block(b, inner)
+
+    def region_body(self, op: Op) -> str | None:
+        """A body's arguments match the operands and its `yield` the results, type for type."""
+        blocks = op.regions[0].blocks if op.regions else []
+        if len(blocks) != 1:
+            return f"needs one block in its region, got {len(blocks)}"
+        b = blocks[0]
+        if [a.type for a in b.args] != list(op.operand_types):
+            return "region arguments (" + ", ".join(str(a.type) for a in b.args) + ") do not match the operands"
+        if not b.ops or b.ops[-1].name != "yield":
+            return "region must end with 'yield'"
+        got = [v.type for v in b.ops[-1].operands]
+        if got != list(op.result_types):
+            return "yields (" + ", ".join(map(str, got)) + ") but has results (" + ", ".join(
+                map(str, op.result_types)) + ")"
+        return None
 
     def signature(self, op: Op, opdef: OpDef, is_last: bool) -> str | None:
         if opdef.has("terminator") and not is_last:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -25,21 +25,49 @@ from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.printer import Printer, print_module
 from ..ir.resources import ResourceTable, write_section
 from ..ir.verifier import verify
+from .remarks import Remark
 
 BUILTIN_PASSES: dict[str, str] = {
     "canonicalize": "tessel.passes.canonicalize",
     "cse": "tessel.passes.cse",
     "dce": "tessel.passes.dce",
     "fold-constants": "tessel.passes.fold_constants",
+    "fold-batchnorm": "tessel.passes.fold_batchnorm",
+    "fold-pad": "tessel.passes.fold_pad",
+    "cancel-transposes": "tessel.passes.cancel_transposes",
+    "simplify-broadcasts": "tessel.passes.simplify_broadcasts",
+    "recognize-gelu": "tessel.passes.recognize_gelu",
+    "recognize-layernorm": "tessel.passes.recognize_layernorm",
+    "recognize-softmax": "tessel.passes.recognize_softmax",
+    "recognize-attention": "tessel.passes.recognize_attention",
+    "propagate-layout": "tessel.passes.propagate_layout",
+    "fuse": "tessel.passes.fuse",
 }
 _LOADED: dict[str, type[Pass]] = {}
 
 
 class PassContext:
-    """What a pass may use besides the module: diagnostics (errors, remarks) and statistics."""
+    """What a pass may use besides the module: diagnostics (errors, remarks) and optimization remarks."""
 
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
+        self.remarks: list[Remark] = []
+        self.pass_name = ""  # set by the pass manager around each pass
+        self.on_remark: Callable[[Remark], None] | None = None  # a tool streams remarks as they come
+
+    def remark_passed(self, category: str, reason: str, ops: Sequence[Op], message: str) -> None:
+        """Record a transformation the pass made (`--remarks=CATEGORY`)."""
+        self._structured("passed", category, reason, ops, message)
+
+    def remark_missed(self, category: str, reason: str, ops: Sequence[Op], message: str) -> None:
+        """Record a transformation the pass refused, with a reason code (`--remarks-missed`)."""
+        self._structured("missed", category, reason, ops, message)
+
+    def _structured(self, kind: str, category: str, reason: str, ops: Sequence[Op], message: str) -> None:
+        r = Remark.make(self.pass_name, kind, category, reason, ops, message)
+        self.remarks.append(r)
+        if self.on_remark is not None:
+            self.on_remark(r)
 
     def remark(self, op: Op, message: str) -> None:
         self.diagnostics.append(Diagnostic("remark", f"'{op.name}' op {message}", op.pos, op.loc))
@@ -173,6 +201,7 @@ class PassManager:
             if inst.print_before_all or p.NAME in inst.print_before:
                 self._dump(module, f"IR Dump Before {p.NAME}", n, p.NAME, "before")
             t0 = time.perf_counter()
+            self.ctx.pass_name = p.NAME
             try:
                 p.run(module, self.ctx)
             except DiagnosticError:

@@ -131,9 +131,46 @@ def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
         )
         _replace(block, op, view)
         return
-    launch = _launch(module, block, op, st)
+    if op.name == "kernel":
+        fallback: list[tuple[Op, str]] = []
+        launch = _launch(module, block, op, _Probe(st, fallback))
+        if launch is None:  # no single fused kernel for this region: run its ops one launch each
+            _inline_region(module, block, op, st)
+            return
+    else:
+        launch = _launch(module, block, op, st)
     if launch is not None:
         _replace(block, op, launch)
+
+
+class _Probe:
+    """The lowering state seen by a fused `kernel` template: failures are collected apart, so a region
+    without a single fused kernel falls back to its ops instead of failing the module."""
+
+    def __init__(self, st: _State, failures: list[tuple[Op, str]]) -> None:
+        self._st = st
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._st, name)
+
+
+def _inline_region(module: Module, block: Block, op: Op, st: _State) -> None:
+    """Lower the ops of `kernel` op `op`'s region in its place, one launch each."""
+    body = op.regions[0].blocks[0]
+    mapping: dict[int, Value] = {id(a): v for a, v in zip(body.args, op.operands, strict=True)}
+    for inner in list(body.ops):
+        if inner.name == "yield":
+            for r, v in zip(op.results, inner.operands, strict=True):
+                r.replace_all_uses_with(mapping[id(v)])
+            break
+        clone = Op(inner.name, [mapping[id(v)] for v in inner.operands], inner.result_types,
+                   dict(inner.attrs), loc=inner.loc, pos=inner.pos)
+        for r, c in zip(inner.results, clone.results, strict=True):
+            c.name = r.name
+            mapping[id(r)] = c
+        _lower_op(module, block, clone, st)
+    op.drop_operands()
 
 
 def _replace(block: Block, op: Op, new: Op) -> None:
@@ -145,7 +182,7 @@ def _replace(block: Block, op: Op, new: Op) -> None:
 
 
 def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
-    if op.regions:
+    if op.regions and op.name != "kernel":
         st.failures.append((op, "ops with regions have no kernel"))
         return None
     fn = TEMPLATES.get(op.name)
@@ -159,7 +196,8 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
             if t.dtype == "f16" and not st.info.fp16:
                 raise NotLowerable("the device has no cl_khr_fp16 for f16")
         sig = op_sig(op, module.resources)
-        ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands))
+        ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands),
+                  body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources)
         return ctx, fn(ctx)
     except (NotLowerable, OpError) as e:
         st.failures.append((op, str(e)))
@@ -196,7 +234,10 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
         if spec.reshape:
             back = Op("reshape", [args[i]], [original], {"shape": list(original.dims)}, loc=op.loc)
             args[i] = body.append(back).results[0]
-    inner = body.append(Op(op.name, args, op.result_types, dict(op.attrs), loc=op.loc, pos=op.pos))
+    # the reference body: the op itself (a fused `kernel` keeps its region, moved over)
+    regions = list(op.regions)
+    op.regions = []
+    inner = body.append(Op(op.name, args, op.result_types, dict(op.attrs), regions, loc=op.loc, pos=op.pos))
     body.append(Op("yield", inner.results))
     kernels: list[dict[str, Any]] = []
     default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]

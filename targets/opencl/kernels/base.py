@@ -86,6 +86,8 @@ class Ctx:
     device: DeviceInfo = field(default_factory=DeviceInfo.generic)
     constant: tuple[bool, ...] = ()  # whether each operand is a compile-time constant
     schedule: dict[str, Any] = field(default_factory=dict)  # overrides from the op's `schedule` attribute
+    body: Any = None  # a `kernel` op's region block (ir.core.Block), for the fused template
+    resources: Any = None  # the module's ResourceTable (constants inside a kernel region)
 
     @property
     def operands(self) -> list[TensorType]:

@@ -1,0 +1,59 @@
+"""Kernel-level ops: `kernel`, a region of graph ops that becomes one device kernel (made by `fuse`).
+
+```
+%y = kernel %x, %w, %b {kind = "epilogue"} ({
+^bb0(%a: tensor<1x64x56x56xf32>, %k: tensor<64x64x1x1xf32>, %c: tensor<64xf32>):
+  %0 = conv2d %a, %k, %c {...} : (...) -> tensor<1x64x56x56xf32> loc("onnx:Conv_3")
+  %1 = relu %0 : (...) -> tensor<1x64x56x56xf32> loc("onnx:Relu_4")
+  yield %1 : tensor<1x64x56x56xf32>
+}) : (...) -> tensor<1x64x56x56xf32> loc(fused["onnx:Conv_3", "onnx:Relu_4"])
+```
+
+The region is isolated from above: its block arguments are the operands, in order, and its `yield`
+gives the results. Small literal constants (`dense<...>`) may live inside; weights come in as operands.
+`kind` says which template shape the fusion formed, for the reader and the lowering:
+- `elementwise`: a chain of elementwise ops computed per output element;
+- `epilogue`: one contraction (`conv2d`, `matmul`, `gemm`) whose result flows through elementwise ops;
+- `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
+  with elementwise prologue on its input and epilogue on its output;
+- `generic`: anything else (the lowering runs its ops one kernel after another).
+Its reference semantics are its body's: the numpy target runs the region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import TensorType
+from .registry import Cost, OpDef, Sig, attr, register
+
+KINDS = ("elementwise", "epilogue", "reduction", "generic")
+
+
+def _reference(sig: Sig, *args: np.ndarray) -> list[np.ndarray]:
+    raise NotImplementedError("kernel runs its region")  # the interpreter runs the body instead
+
+
+def _cost(sig: Sig) -> Cost:
+    """Traffic at the kernel's boundary only: what it reads (operands) and writes (results). The FLOPs
+    are its body's; `kernel_cost` in passes/analysis.py sums them (a Sig does not carry the region)."""
+    return Cost(0, sum(t.nbytes for t in sig.operands), sum(t.nbytes for t in sig.results))
+
+
+def _infer(sig: Sig) -> list[TensorType]:
+    return list(sig.results)  # the yield decides; the verifier checks the region against them
+
+
+register(OpDef(
+    "kernel", ("args*",),
+    infer=_infer,
+    reference=_reference,
+    results="*",
+    regions=1,
+    attrs={"kind": attr("str", "generic", allowed=KINDS)},
+    traits=frozenset({"pure", "region-body"}),
+    cost=_cost,
+    doc="A region of graph ops that becomes one device kernel (made by `fuse`). The region's block "
+    "arguments are the operands; its `yield` gives the results. `kind`: elementwise, epilogue, reduction "
+    "or generic.",
+))
