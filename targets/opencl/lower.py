@@ -159,7 +159,8 @@ def _inline_region(module: Module, block: Block, op: Op, st: _State) -> None:
     """Lower the ops of `kernel` op `op`'s region in its place, one launch each."""
     body = op.regions[0].blocks[0]
     mapping: dict[int, Value] = {id(a): v for a, v in zip(body.args, op.operands, strict=True)}
-    for inner in list(body.ops):
+    clones: list[Op] = []
+    for inner in body.ops:
         if inner.name == "yield":
             for r, v in zip(op.results, inner.operands, strict=True):
                 r.replace_all_uses_with(mapping[id(v)])
@@ -169,8 +170,10 @@ def _inline_region(module: Module, block: Block, op: Op, st: _State) -> None:
         for r, c in zip(inner.results, clone.results, strict=True):
             c.name = r.name
             mapping[id(r)] = c
-        _lower_op(module, block, clone, st)
+        clones.append(clone)
     op.drop_operands()
+    for clone in clones:  # lowering replaces each clone's results, in its users too
+        _lower_op(module, block, clone, st)
 
 
 def _replace(block: Block, op: Op, new: Op) -> None:
