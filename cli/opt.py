@@ -80,6 +80,22 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 @click.option(
     "--run-reproducer", is_flag=True, help="Run the pipeline recorded in the input reproducer's header."
 )
+@click.option("--remarks", "remark_cats", multiple=True, metavar="CATEGORIES",
+              help="Print a remark for each transformation of these categories (fusion, layout, algebraic, "
+                   "pattern, memory, or all; comma-separated or repeated) on stderr.")
+@click.option("--remarks-missed", is_flag=True,
+              help="Also print each refusal with its reason code (of the --remarks categories, or of all).")
+@click.option("--remarks-format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
+              help="Remarks as 'file:line:col: remark: [pass] kind reason: message (at locs)' lines or as "
+                   "one JSON object per line.")
+@click.option("--print-analysis", "analyses", multiple=True, metavar="NAME",
+              type=click.Choice(["traffic", "cost", "liveness"]),
+              help="After the pipeline, print an analysis of the result on stdout (instead of the IR): "
+                   "traffic (bytes read and written per kernel), cost (FLOPs and intensity per kernel), "
+                   "liveness (the buffer plan and its peak). Repeatable.")
+@click.option("--emit-dot", "emit_dot", metavar="FILE.dot",
+              help="Also write the result as a Graphviz graph: ops as nodes, kernel regions as clusters, "
+                   "ONNX node names as tooltips ('-' for stdout instead of the IR).")
 @click.option(
     "--split-input-file", is_flag=True, help="Treat '// -----' separated chunks as separate modules."
 )
@@ -93,8 +109,9 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
          print_ir_before: tuple[str, ...], print_ir_after: tuple[str, ...], print_ir_before_all: bool,
          print_ir_after_all: bool, print_ir_after_change: bool, print_ir_tree_dir: str | None,
          time_passes: bool, pass_statistics: bool, bisect_limit: int | None, crash_reproducer: str | None,
-         run_reproducer: bool, split_input_file: bool, verify_diagnostics: bool, elide_resources: bool,
-         external_weights: str | None, debug: bool) -> None:
+         run_reproducer: bool, remark_cats: tuple[str, ...], remarks_missed: bool, remarks_format: str,
+         analyses: tuple[str, ...], emit_dot: str | None, split_input_file: bool, verify_diagnostics: bool,
+         elide_resources: bool, external_weights: str | None, debug: bool) -> None:
     """Run a pass pipeline over a tessel IR module.
 
     Reads INPUT (a .tsl file, or stdin when INPUT is '-' or missing), parses and verifies it, runs the
@@ -103,6 +120,14 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
     """
     from ..passes.manager import Instrumentation, PassManager, get_pass, load_plugin, pass_names
     from ..passes.pipeline import O_LEVELS, parse_pipeline, pipeline_spec
+    from ..passes.remarks import CATEGORIES, RemarkFilter
+
+    cats = _csv(remark_cats)
+    unknown = sorted(cats - set(CATEGORIES) - {"all"})
+    if unknown:
+        choices = ", ".join(CATEGORIES)
+        raise fail(f"--remarks: unknown category '{unknown[0]}' (choose from {choices}, all)", 2)
+    remark_filter = RemarkFilter(frozenset(cats), remarks_missed, remarks_format)
 
     for plugin in load_pass_plugin:
         load_plugin(plugin)
@@ -160,6 +185,7 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
     SOURCES.add(filename, text)
     failed = False
     results: list[Module | None] = []
+    ledgers: list[str] = []
     for chunk, line_offset in chunks:
         produced: list[Diagnostic] = []
         module = None
@@ -172,9 +198,20 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
             if errors:
                 raise DiagnosticError(errors)
             pm = PassManager(parse_pipeline(pipeline_text), inst, emit)
+            ledger: list[tuple[str, int]] = []
+            if "traffic" in analyses:
+                from ..passes.analysis import total_traffic
+
+                ledger.append(("(input)", total_traffic(module)))
+                pm.after_pass = lambda p, m, ledger=ledger: ledger.append((p.spec(), total_traffic(m)))
+            if remark_filter.active:
+                pm.ctx.on_remark = lambda r: emit(remark_filter.render(r) + "\n") if remark_filter.wants(
+                    r) else None
             pm.timings += [("(parse)", t1 - t0), ("(verify input)", time.perf_counter() - t1)]
             try:
                 pm.run(module)
+                if len(ledger) > 1:
+                    ledgers.append(_ledger_text(module, ledger))
             finally:
                 produced.extend(pm.ctx.diagnostics)
                 if time_passes:
@@ -198,10 +235,42 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
                 failed = True
         results.append(module)
 
-    if any(m is not None for m in results) and not (failed and output not in (None, "-")):
+    done = [m for m in results if m is not None]
+    if emit_dot and done and not failed:
+        from ..passes.dot import module_dot
+
+        with atomic_output(emit_dot) as out:
+            for m in done:
+                out.write(module_dot(m))
+    if analyses and done:
+        from ..passes.analysis import render_analysis
+
+        with atomic_output(output) as out:
+            for i, m in enumerate(done):
+                for name in analyses:
+                    out.write(render_analysis(name, m))
+                    if name == "traffic" and i < len(ledgers):
+                        out.write(ledgers[i])
+    elif emit_dot == "-":
+        pass
+    elif done and not (failed and output not in (None, "-")):
         write_modules(results, output, elide_resources, external_weights)
     if failed:
         sys.exit(1)
+
+
+def _ledger_text(module: Module, ledger: list[tuple[str, int]]) -> str:
+    """The traffic ledger: total bytes the kernels move after each pass, and what each pass saved."""
+    width = max(len(name) for name, _ in ledger)
+    out = [f"traffic ledger @{module.name or 'module'} (bytes moved by all kernels after each pass)"]
+    prev = ledger[0][1]
+    for name, total in ledger:
+        out.append(f"  {name:<{width}}  {total:>14}  saved {prev - total}")
+        prev = total
+    first, last = ledger[0][1], ledger[-1][1]
+    pct = 100 * (first - last) / first if first else 0.0
+    out.append(f"  total saved {first - last} of {first} ({pct:.1f}%)")
+    return "\n".join(out) + "\n"
 
 
 def write_modules(results: list[Module | None], output: str | None, elide: bool,

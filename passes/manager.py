@@ -187,6 +187,7 @@ class PassManager:
         self.timings: list[tuple[str, float]] = []
         self.ctx = PassContext()
         self.applications = 0
+        self.after_pass: Callable[[Pass, Module], None] | None = None  # e.g. the traffic ledger
 
     def run(self, module: Module) -> None:
         inst = self.inst
@@ -211,6 +212,8 @@ class PassManager:
                                     self._reproducer(before, p), traceback.format_exc()) from None
             self.timings.append((p.NAME, time.perf_counter() - t0))
             self.applications += 1
+            if self.after_pass is not None:
+                self.after_pass(p, module)
             if inst.verify_each:
                 t1 = time.perf_counter()
                 errors = verify(module)

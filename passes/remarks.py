@@ -36,7 +36,8 @@ class Remark:
     pos: tuple[str, int, int] | None = None  # (file, line, col) of the first op, when it was parsed
 
     @staticmethod
-    def make(pass_name: str, kind: str, category: str, reason: str, ops: Sequence[Op], message: str) -> Remark:
+    def make(pass_name: str, kind: str, category: str, reason: str, ops: Sequence[Op],
+             message: str) -> Remark:
         locs: list[str] = []
         for op in ops:
             for loc in op.loc or ():
@@ -52,7 +53,8 @@ class Remark:
         return f"{where}remark: [{self.pass_name}] {self.kind} {self.reason}: {self.message}{at}"
 
     def json(self) -> str:
-        d = {"pass": self.pass_name, "kind": self.kind, "category": self.category, "reason": self.reason,
+        d: dict[str, object] = {"pass": self.pass_name, "kind": self.kind, "category": self.category,
+                                "reason": self.reason,
              "message": self.message, "ops": self.ops, "locs": self.locs}
         if self.pos:
             d.update(file=self.pos[0], line=self.pos[1], col=self.pos[2])

@@ -24,6 +24,7 @@ from ...ir.core import Block, Func, Module, Op, Region, Value
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
+from ...passes.liveness import plan_buffers
 from .device import preamble
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
@@ -264,57 +265,34 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
 
 
 def plan_memory(block: Block) -> list[int]:
-    """Assign each launch result (and scratch buffer) a buffer id, reusing buffers of dead values; returns
-    the buffers' sizes in bytes. A value dies after its last use, counting the uses of views of it."""
-    root: dict[int, int] = {}  # value id -> id of the launch result whose buffer it is
-    last: dict[int, int] = {}  # root id -> index of the last op using it
-    for i, op in enumerate(block.ops):
-        for v in op.operands:
-            r = root.get(id(v))
-            if r is not None:
-                last[r] = i
-        if op.name == "buf.view" and id(op.operands[0]) in root:
-            root[id(op.results[0])] = root[id(op.operands[0])]
-        elif op.name == "cl.launch":
-            for v in op.results:
-                root[id(v)] = id(v)
-                last.setdefault(id(v), i)
-    sizes: list[int] = []
-    free: list[int] = []
-    holder: dict[int, int] = {}  # root id -> buffer
-    dying: dict[int, list[int]] = {}  # op index -> buffers freed after it
-    for r, i in last.items():
-        dying.setdefault(i, []).append(r)
+    """Assign each launch result (and scratch buffer) a buffer, reusing buffers of dead values and writing
+    elementwise results in place over an operand that dies there (passes/liveness.py); sets each launch's
+    `buffers` and returns the buffers' sizes in bytes."""
+    ops = list(block.ops)
+    plan = plan_buffers(
+        ops,
+        is_kernel=lambda op: op.name == "cl.launch",
+        view_of=lambda op: op.operands[0] if op.name == "buf.view" else None,
+        in_place=launch_in_place,
+        scratch=lambda op: [int(n) for n in op.attrs.get("scratch", [])],
+    )
+    for op in ops:
+        if op.name == "cl.launch":
+            op.attrs["buffers"] = [plan.buffer[id(v)] for v in op.results] + plan.scratch[id(op)]
+    return plan.sizes
 
-    def take(nbytes: int) -> int:
-        nbytes = max(nbytes, 4)
-        fits = [b for b in free if sizes[b] >= nbytes]
-        if fits:
-            b = min(fits, key=lambda b: (sizes[b], b))
-        elif free:
-            b = max(free, key=lambda b: (sizes[b], -b))
-            sizes[b] = nbytes
-        else:
-            sizes.append(nbytes)
-            return len(sizes) - 1
-        free.remove(b)
-        return b
 
-    for i, op in enumerate(block.ops):
-        if op.name != "cl.launch":
-            continue
-        bufs = []
-        for v in op.results:
-            b = take(_bytes(v.type))
-            holder[id(v)] = b
-            bufs.append(b)
-        scratch = [take(int(n)) for n in op.attrs.get("scratch", [])]
-        op.attrs["buffers"] = bufs + scratch
-        free.extend(scratch)
-        for r in sorted(dying.get(i, []), key=lambda r: holder[r]):
-            if r in holder:
-                free.append(holder[r])
-    return sizes
+def launch_in_place(op: Op, i: int) -> bool:
+    """Whether a launch may write its result over operand i: its body is one elementwise op (or an
+    elementwise kernel region) reading operand i unpacked, at full shape, and not twice."""
+    body = op.regions[0].blocks[0]
+    inner = [o for o in body.ops if o.name != "yield"]
+    if len(inner) != 1 or len(op.results) != 1 or op.operands.count(op.operands[i]) > 1:
+        return False
+    d = get_op(inner[0].name)
+    elementwise = d is not None and d.has("elementwise") or (
+        inner[0].name == "kernel" and inner[0].attrs.get("kind") == "elementwise")
+    return elementwise and inner[0].operands[i] is body.args[i] and op.operands[i].type == op.results[0].type
 
 
 def _bytes(t: TensorType) -> int:

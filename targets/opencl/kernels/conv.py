@@ -253,8 +253,14 @@ def conv2d(ctx: Ctx) -> Lowered:
     return lower_conv2d(ctx)
 
 
-def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
+                 out_block: int = 0) -> Lowered:
+    """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
+    inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op."""
     check_float32("conv2d", *ctx.operands, *ctx.results)
+    if in_block or out_block:
+        raise NotLowerable(f"'conv2d' with blocked operands (in_block={in_block}, out_block={out_block}) "
+                           "is not lowered yet")
     geo = Geometry(ctx)
     has_bias = len(ctx.operands) > 2
     th, tw = tile_override(ctx, geo)

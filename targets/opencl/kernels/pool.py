@@ -34,6 +34,7 @@ from .base import (
     row_major_strides,
     template,
 )
+from .gemm import Epilogue
 from .movement import CopySpec, Term, copy_kernel, elem
 
 FLOATS = ("f32", "f64")
@@ -62,7 +63,23 @@ def _max(acc: str, v: str, vector: bool, mask: bool = False) -> str:
 
 
 # max_pool2d / avg_pool2d ----------------------------------------------------------------------------------
-@template("max_pool2d", "avg_pool2d")
+@template("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
+def pool(ctx: Ctx) -> Lowered:
+    return lower_pool(ctx)
+
+
+def lower_pool(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
+               out_block: int = 0) -> Lowered:
+    """max_pool2d / avg_pool2d / global_avg_pool / global_max_pool. `in_block`/`out_block` b > 0: in0 / out0
+    holds NCHWc (pack inner_dims_pos=[1], inner_tiles=[b], zero-padded channels) while ctx.sig describes
+    the NCHW op; `epilogue` (see gemm.Epilogue) gets the flat index in out0's layout."""
+    if in_block or out_block or epilogue is not None:
+        raise NotLowerable(f"'{ctx.op_name}' with blocked operands or an epilogue is not lowered yet")
+    if ctx.op_name in ("global_avg_pool", "global_max_pool"):
+        return global_pool(ctx)
+    return pool2d(ctx)
+
+
 def pool2d(ctx: Ctx) -> Lowered:
     x, y, T = _float_type(ctx)
     is_max = ctx.op_name == "max_pool2d"
@@ -181,7 +198,6 @@ def _tap_loads(offsets: list[int], stride: int, v: int) -> dict[int, tuple[int, 
 
 
 # global_avg_pool / global_max_pool ------------------------------------------------------------------------
-@template("global_avg_pool", "global_max_pool")
 def global_pool(ctx: Ctx) -> Lowered:
     x, y, T = _float_type(ctx)
     is_max = ctx.op_name == "global_max_pool"
