@@ -9,13 +9,20 @@ import typing
 from ..ir.diagnostics import Diagnostic, DiagnosticError
 from .manager import Pass, get_pass, pass_names
 
+CLEANUP = "canonicalize,fold-constants,cse,canonicalize,dce"
+PATTERNS = "recognize-gelu,recognize-layernorm,recognize-softmax,recognize-attention"
+ALGEBRAIC = "fold-batchnorm,fold-pad,cancel-transposes,simplify-broadcasts"
+LAYOUT = "propagate-layout{layout=nchwc}"
+
 O_LEVELS: dict[int, str] = {
     0: "",
-    1: "canonicalize,fold-constants,cse,canonicalize,dce",
-    2: "canonicalize,fold-constants,cse,canonicalize,dce",
-    3: "canonicalize,fold-constants,cse,canonicalize,dce",
+    1: CLEANUP,
+    2: f"{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
+    3: f"{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse{{recompute=true}},dce",
 }
-"""-O2 and -O3 add algebraic, layout and fusion passes as they land; today they equal -O1."""
+"""-O1 cleans up; -O2 (what `tessel compile` runs) adds pattern recognition, algebraic folding, NCHWc
+layout propagation and fusion; -O3 also recomputes cheap multi-use producers inside each consumer's
+kernel instead of storing them."""
 
 _ELEMENT = re.compile(r"\s*([a-z0-9][a-z0-9\-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 
