@@ -204,6 +204,7 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
 
                 ledger.append(("(input)", total_traffic(module)))
                 pm.after_pass = lambda p, m, ledger=ledger: ledger.append((p.spec(), total_traffic(m)))
+            pm.ctx.remarks_as_diagnostics = verify_diagnostics
             if remark_filter.active:
                 pm.ctx.on_remark = lambda r: emit(remark_filter.render(r) + "\n") if remark_filter.wants(
                     r) else None

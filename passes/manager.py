@@ -54,6 +54,7 @@ class PassContext:
         self.remarks: list[Remark] = []
         self.pass_name = ""  # set by the pass manager around each pass
         self.on_remark: Callable[[Remark], None] | None = None  # a tool streams remarks as they come
+        self.remarks_as_diagnostics = False  # --verify-diagnostics: `expected-remark {{missed ..}}`
 
     def remark_passed(self, category: str, reason: str, ops: Sequence[Op], message: str) -> None:
         """Record a transformation the pass made (`--remarks=CATEGORY`)."""
@@ -66,6 +67,9 @@ class PassContext:
     def _structured(self, kind: str, category: str, reason: str, ops: Sequence[Op], message: str) -> None:
         r = Remark.make(self.pass_name, kind, category, reason, ops, message)
         self.remarks.append(r)
+        if self.remarks_as_diagnostics and ops:
+            d = Diagnostic("remark", f"{kind} {reason}: {message}", ops[0].pos, ops[0].loc)
+            self.diagnostics.append(d)
         if self.on_remark is not None:
             self.on_remark(r)
 

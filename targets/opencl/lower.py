@@ -24,6 +24,7 @@ from ...ir.core import Block, Func, Module, Op, Region, Value
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
+from ...passes.analysis import op_cost
 from ...passes.liveness import plan_buffers
 from .device import preamble
 from .kernels import load_all
@@ -253,9 +254,7 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
             "args": list(k.args or default_args),
         }
         kernels.append(entry)
-    opdef = get_op(op.name)
-    assert opdef is not None
-    flops = opdef.cost(ctx.sig).flops
+    flops = op_cost(inner, module).flops
     attrs: dict[str, Any] = {"kernels": kernels, "buffers": [], "flops": int(flops)}
     if low.scratch:
         attrs["scratch"] = [int(n) for n in low.scratch]
