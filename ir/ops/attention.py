@@ -39,15 +39,18 @@ def _parts(sig: Sig) -> tuple[tuple[Dim, ...], Dim, Dim, Dim, Dim]:
     for t, what in zip(sig.operands[1:], ("k", "v", "mask"), strict=False):
         check(t.dtype == q.dtype, f"{what} element type {t.dtype} differs from q's {q.dtype}")
     check(_agree(q.shape[-1], k.shape[-1]), f"q and k head dims differ: {_fmt(q.shape)} vs {_fmt(k.shape)}")
-    check(_agree(k.shape[-2], v.shape[-2]),
-          f"k and v sequence lengths differ: {_fmt(k.shape)} vs {_fmt(v.shape)}")
+    check(
+        _agree(k.shape[-2], v.shape[-2]),
+        f"k and v sequence lengths differ: {_fmt(k.shape)} vs {_fmt(v.shape)}",
+    )
     batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     sq, sk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     if len(sig.operands) > 3:
         m = sig.operands[3]
         scores = (*batch, sq, sk)
         fits = len(m.shape) <= len(scores) and all(
-            a in (1, None) or _agree(a, b) for a, b in zip(m.shape[::-1], scores[::-1], strict=False))
+            a in (1, None) or _agree(a, b) for a, b in zip(m.shape[::-1], scores[::-1], strict=False)
+        )
         check(fits, f"mask {_fmt(m.shape)} does not broadcast to the scores {_fmt(scores)}")
     return batch, sq, sk, d, dv
 
@@ -61,8 +64,9 @@ def _verify(sig: Sig) -> None:
     check(math.isfinite(sig["scale"]), f"scale must be finite, got {sig['scale']}")
 
 
-def _reference(sig: Sig, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
-               ) -> np.ndarray:
+def _reference(
+    sig: Sig, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+) -> np.ndarray:
     want = sig.results[0].np_dtype if sig.results else q.dtype
     narrow = q.dtype.name in ("float16", "bfloat16")
     q, k, v = ((x.astype(np.float32) if narrow else x) for x in (q, k, v))
@@ -87,10 +91,18 @@ def _cost(sig: Sig) -> Cost:
     return Cost(2 * n * d + 2 * n * dv + 9 * n, r, w)  # type: ignore[operator]
 
 
-register(OpDef(
-    "attention", ("q", "k", "v", "mask?"), infer=_infer, verify=_verify, reference=_reference,
-    attrs={"scale": attr("float", 1.0)}, traits=frozenset({"pure"}), cost=_cost,
-    doc="Scaled dot-product attention softmax(q @ k^T * scale + mask) @ v over the last two dims: q "
+register(
+    OpDef(
+        "attention",
+        ("q", "k", "v", "mask?"),
+        infer=_infer,
+        verify=_verify,
+        reference=_reference,
+        attrs={"scale": attr("float", 1.0)},
+        traits=frozenset({"pure"}),
+        cost=_cost,
+        doc="Scaled dot-product attention softmax(q @ k^T * scale + mask) @ v over the last two dims: q "
         "[..., Sq, D], k [..., Sk, D] (not transposed), v [..., Sk, Dv], an optional additive mask "
         "broadcast to [..., Sq, Sk]; leading dims broadcast. Made by recognize-attention.",
-))
+    )
+)
