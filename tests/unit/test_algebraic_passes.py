@@ -1,0 +1,331 @@
+"""The algebraic passes (fold-batchnorm, fold-pad, cancel-transposes, simplify-broadcasts) keep what a module
+computes: every rewrite is checked on the numpy interpreter before and after the pass on random inputs, on
+the lit files' cases, on small ONNX models, and (fold-batchnorm) on a random-weight resnet50."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tessel.frontends.onnx.importer import import_model
+from tessel.ir.core import Module
+from tessel.ir.parser import parse_module
+from tessel.passes.manager import PassContext, PassManager, get_pass
+from tessel.targets.numpy.interpreter import random_inputs, run_func
+
+ROOT = Path(__file__).resolve().parents[2]
+LIT = ROOT / "lit_tests" / "passes"
+PASSES = ("fold-batchnorm", "fold-pad", "cancel-transposes", "simplify-broadcasts")
+
+
+def run(module: Module, seed: int = 0) -> list[list[np.ndarray]]:
+    """Every func's results on seeded random inputs."""
+    return [run_func(module, f, list(random_inputs(f, seed).values())) for f in module.funcs]
+
+
+def apply(module: Module, name: str) -> PassContext:
+    pm = PassManager([get_pass(name)()])  # verifies the IR after the pass
+    pm.run(module)
+    return pm.ctx
+
+
+def op_names(module: Module) -> Counter[str]:
+    return Counter(op.name for op in module.walk())
+
+
+def check_same(
+    before: list[list[np.ndarray]], after: list[list[np.ndarray]], rtol: float = 1e-4, atol: float = 1e-5
+) -> None:
+    assert len(before) == len(after)
+    for fb, fa in zip(before, after, strict=True):
+        for b, a in zip(fb, fa, strict=True):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def chunks(path: Path) -> list[str]:
+    return [c for c in path.read_text().split("// -----") if "func @" in c]
+
+
+LIT_CASES = [(name, i, text) for name in PASSES for i, text in enumerate(chunks(LIT / f"{name}.tsl"))]
+
+
+@pytest.mark.parametrize(("name", "index", "text"), LIT_CASES, ids=[f"{n}-{i}" for n, i, _ in LIT_CASES])
+def test_lit_cases_keep_results(name: str, index: int, text: str) -> None:
+    """Each lit case computes the same on random inputs after its pass as before it."""
+    before = run(parse_module(text, f"{name}.tsl"), seed=index)
+    module = parse_module(text, f"{name}.tsl")
+    apply(module, name)
+    check_same(before, run(module, seed=index))
+
+
+# fold-batchnorm ------------------------------------------------------------------------------------------
+Shapes = list[tuple[str, list[int]]]
+
+
+def onnx_module(
+    nodes: list[onnx.NodeProto], inputs: Shapes, outputs: Shapes, inits: dict[str, np.ndarray | TensorProto]
+) -> Module:
+    """Import a one-graph ONNX model (float32 inputs, outputs and initializers unless given as tensors)."""
+
+    def infos(named: Shapes) -> list[onnx.ValueInfoProto]:
+        return [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in named]
+
+    graph = helper.make_graph(
+        nodes,
+        "test",
+        infos(inputs),
+        infos(outputs),
+        [
+            a if isinstance(a, TensorProto) else numpy_helper.from_array(np.asarray(a, np.float32), k)
+            for k, a in inits.items()
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return import_model(model.SerializeToString(), "test.onnx")
+
+
+def bn_params(rng: np.random.Generator, prefix: str, c: int) -> dict[str, np.ndarray]:
+    return {
+        f"{prefix}_s": rng.uniform(0.5, 2, c),
+        f"{prefix}_b": rng.standard_normal(c),
+        f"{prefix}_m": rng.standard_normal(c),
+        f"{prefix}_v": rng.uniform(0.1, 3, c),
+    }
+
+
+def bn_node(x: str, prefix: str, y: str) -> onnx.NodeProto:
+    return helper.make_node("BatchNormalization", [x, *(f"{prefix}_{k}" for k in "sbmv")], [y], epsilon=1e-3)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_conv_bn_onnx(groups: int) -> None:
+    """Conv (grouped, with a bias), BatchNormalization, per-channel Mul and Add all fold into the conv."""
+    rng = np.random.default_rng(groups)
+    inits = {
+        "w": rng.standard_normal((8, 4 // groups, 3, 3)),
+        "cb": rng.standard_normal(8),
+        "k": rng.standard_normal((1, 8, 1, 1)),
+        "t": rng.standard_normal((8, 1, 1)),
+        **bn_params(rng, "bn", 8),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1], group=groups),
+        bn_node("c", "bn", "n"),
+        helper.make_node("Mul", ["n", "k"], ["m"]),
+        helper.make_node("Add", ["m", "t"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    module = onnx_module(nodes, [("x", [2, 4, 6, 6])], [("y", [2, 8, 6, 6])], inits)
+    before = run(module)
+    ctx = apply(module, "fold-batchnorm")
+    assert op_names(module) == Counter({"const": 2, "conv2d": 1, "relu": 1, "return": 1})
+    assert [r.reason for r in ctx.remarks] == ["folded"] * 3
+    check_same(before, run(module))
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_and_matmul_bn_onnx(trans_b: int) -> None:
+    """Gemm (alpha, beta, trans_b, a row-vector c) and MatMul, each followed by BatchNormalization."""
+    rng = np.random.default_rng(trans_b)
+    w = rng.standard_normal((6, 5))
+    inits = {
+        "w": w.T if trans_b else w,
+        "c": rng.standard_normal((1, 5)),
+        "w2": rng.standard_normal((5, 3)),
+        **bn_params(rng, "g", 5),
+        **bn_params(rng, "h", 3),
+    }
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "c"], ["g"], alpha=0.5, beta=2.0, transB=trans_b),
+        bn_node("g", "g", "gn"),
+        helper.make_node("MatMul", ["gn", "w2"], ["mm"]),
+        bn_node("mm", "h", "y"),
+    ]
+    module = onnx_module(nodes, [("x", [4, 6])], [("y", [4, 3])], inits)
+    before = run(module)
+    apply(module, "fold-batchnorm")
+    names = op_names(module)
+    assert "batch_norm" not in names and names["gemm"] == 1 and names["matmul"] == 1 and names["add"] == 1
+    check_same(before, run(module))
+
+
+def test_standalone_bn_becomes_mul_add() -> None:
+    """A batch_norm after a multi-use conv becomes x * s + t by constants, with a multi-use remark; one after
+    an argument (no-producer) too."""
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((3, 3, 1, 1)), **bn_params(rng, "a", 3), **bn_params(rng, "b", 3)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        bn_node("c", "a", "y1"),
+        helper.make_node("Relu", ["c"], ["y2"]),
+        bn_node("x", "b", "y3"),
+    ]
+    module = onnx_module(nodes, [("x", [1, 3, 4, 4])], [(y, [1, 3, 4, 4]) for y in ("y1", "y2", "y3")], inits)
+    before = run(module)
+    ctx = apply(module, "fold-batchnorm")
+    names = op_names(module)
+    assert "batch_norm" not in names and names["mul"] == 2 and names["add"] == 2
+    assert [(r.kind, r.category, r.reason) for r in ctx.remarks] == [
+        ("missed", "algebraic", "multi-use"),
+        ("missed", "algebraic", "no-producer"),
+    ]
+    check_same(before, run(module))
+
+
+def test_decompose_standalone_off() -> None:
+    """decompose-standalone=false leaves a batch_norm that cannot fold as it is."""
+    text = next(c for c in chunks(LIT / "fold-batchnorm.tsl") if "func @no_producer" in c)
+    module = parse_module(text, "t.tsl")
+    pm = PassManager([get_pass("fold-batchnorm")(decompose_standalone=False)])
+    pm.run(module)
+    assert op_names(module)["batch_norm"] == 1
+    assert [r.reason for r in pm.ctx.remarks] == ["no-producer"]
+
+
+def test_resnet50_fold_batchnorm(tmp_path: Path) -> None:
+    """Every batch_norm of a random-weight resnet50 folds into its conv; outputs and logits still match."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from prepare_demo import prepare
+    finally:
+        sys.path.pop(0)
+    prepare("resnet50", str(tmp_path))
+    module = import_model((tmp_path / "resnet50.onnx").read_bytes(), "resnet50.onnx")
+    func = module.funcs[0]
+    assert op_names(module)["batch_norm"] == 53
+    softmax = next(op for op in module.walk() if op.name == "softmax")
+    x = np.random.default_rng(1).standard_normal(func.args[0].type.dims).astype(np.float32)
+
+    def outputs() -> list[np.ndarray]:  # the probabilities and the logits
+        ret = func.return_op
+        assert ret is not None
+        ret.set_operands([*ret.operands, softmax.operands[0]])
+        try:
+            return run_func(module, func, [x])
+        finally:
+            ret.set_operands(ret.operands[:-1])
+
+    before = outputs()
+    ctx = apply(module, "fold-batchnorm")
+    assert "batch_norm" not in op_names(module)
+    assert len(ctx.remarks) == 53 and all(r.kind == "passed" for r in ctx.remarks)
+    after = outputs()
+    assert float(np.ptp(before[1])) > 1e-3
+    for a, b in zip(after, before, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    os.remove(tmp_path / "resnet50.onnx")
+
+
+# fold-pad --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("consumer", ["Conv", "MaxPool", "AveragePool"])
+def test_pad_into_consumer_onnx(consumer: str) -> None:
+    """An ONNX Pad before Conv (0), MaxPool (-inf) or AveragePool (0, count_include_pad) folds away."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((2, 3, 3, 3))}
+    value = -np.inf if consumer == "MaxPool" else 0.0
+    pad_inits = {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "v": np.array(value, np.float32)}
+    nodes = [helper.make_node("Pad", ["x", "pads", "v"], ["p"], mode="constant")]
+    if consumer == "Conv":
+        nodes.append(helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 1]))
+    elif consumer == "MaxPool":
+        nodes.append(helper.make_node("MaxPool", ["p"], ["y"], kernel_shape=[3, 3], strides=[2, 2]))
+    else:
+        nodes.append(helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[3, 3], count_include_pad=0))
+    out = {"Conv": [1, 2, 4, 8], "MaxPool": [1, 3, 4, 4], "AveragePool": [1, 3, 8, 8]}[consumer]
+    module = onnx_module(
+        nodes,
+        [("x", [1, 3, 7, 7])],
+        [("y", out)],
+        {
+            "w": inits["w"],
+            "pads": numpy_helper.from_array(pad_inits["pads"], "pads"),
+            "v": numpy_helper.from_array(pad_inits["v"], "v"),
+        },
+    )
+    assert op_names(module)["pad"] == 1
+    before = run(module)
+    apply(module, "fold-pad")
+    assert "pad" not in op_names(module)
+    check_same(before, run(module))
+
+
+# cancel-transposes ---------------------------------------------------------------------------------------
+def test_nhwc_sandwich_onnx() -> None:
+    """Transpose to NHWC, Relu, Add of an NHWC bias, Mul by a splat, Transpose back: no transposes left."""
+    rng = np.random.default_rng(5)
+    inits = {"b": rng.standard_normal(4), "h": np.array([0.5])}
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Relu", ["t"], ["r"]),
+        helper.make_node("Add", ["r", "b"], ["a"]),
+        helper.make_node("Mul", ["a", "h"], ["m"]),
+        helper.make_node("Transpose", ["m"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    module = onnx_module(nodes, [("x", [2, 4, 3, 5])], [("y", [2, 4, 3, 5])], inits)
+    before = run(module)
+    ctx = apply(module, "cancel-transposes")
+    assert "transpose" not in op_names(module)
+    assert [r.reason for r in ctx.remarks] == ["sunk"]
+    check_same(before, run(module))
+
+
+def test_fan_out_sinking() -> None:
+    """A transpose with two elementwise branches, each ending in the inverse transpose, and a third user
+    that needs it: three transposes become one."""
+    text = """
+func @f(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<4x2x3xf32>) {
+  %0 = transpose %x {perm = [2, 0, 1]} : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>
+  %c = const {value = dense<[[[1.0, 2.0, 3.0]]]> : tensor<1x1x3xf32>} : () -> tensor<1x1x3xf32>
+  %1 = sub %c, %0 : (tensor<1x1x3xf32>, tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
+  %2 = tanh %1 : (tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
+  %3 = transpose %2 {perm = [1, 2, 0]} : (tensor<4x2x3xf32>) -> tensor<2x3x4xf32>
+  %4 = mul %0, %0 : (tensor<4x2x3xf32>, tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
+  %5 = transpose %4 {perm = [1, 2, 0]} : (tensor<4x2x3xf32>) -> tensor<2x3x4xf32>
+  %6 = reduce_max %0 {axes = [0], keepdims = true} : (tensor<4x2x3xf32>) -> tensor<1x2x3xf32>
+  %7 = add %0, %6 : (tensor<4x2x3xf32>, tensor<1x2x3xf32>) -> tensor<4x2x3xf32>
+  return %3, %5, %7 : tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<4x2x3xf32>
+}
+"""
+    module = parse_module(text, "t.tsl")
+    before = run(module)
+    apply(module, "cancel-transposes")
+    assert op_names(module)["transpose"] == 1
+    check_same(before, run(module))
+
+
+# simplify-broadcasts -------------------------------------------------------------------------------------
+def test_broadcast_constant_shrinks() -> None:
+    """A 3x4x5 constant equal along dims 0 and 2 shrinks to 1x4x1 and the results stay the same."""
+    rng = np.random.default_rng(2)
+    col = rng.standard_normal((1, 4, 1))
+    big = np.broadcast_to(col, (3, 4, 5))
+    inits = {"c": big, "d": np.full((3, 4, 5), 0.25)}
+    nodes = [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Div", ["a", "d"], ["y"])]
+    module = onnx_module(nodes, [("x", [3, 4, 5])], [("y", [3, 4, 5])], inits)
+    before = run(module)
+    p = get_pass("simplify-broadcasts")()
+    PassManager([p]).run(module)
+    shapes = sorted(op.result.type.dims for op in module.walk() if op.name == "const")
+    assert shapes == [(1, 1, 1), (1, 4, 1)]
+    assert p.stats == {"num-constants-shrunk": 2, "elements-saved": 2 * 60 - 5}
+    check_same(before, run(module))
+
+
+def test_passes_are_idempotent_on_lit_cases() -> None:
+    """A second run of each pass changes nothing."""
+    from tessel.ir.printer import to_text
+
+    for name in PASSES:
+        for text in chunks(LIT / f"{name}.tsl"):
+            module = parse_module(text, f"{name}.tsl")
+            apply(module, name)
+            once = to_text(module)
+            apply(module, name)
+            assert to_text(module) == once, name
