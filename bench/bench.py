@@ -3,16 +3,15 @@
     .venv/bin/python bench/bench.py                       # the 9 light models + microbenchmarks
     .venv/bin/python bench/bench.py --models resnet50 --rounds 5 --repeat 20
 
-For each of the onnx package's light models (a seeded random-weight copy, batch 1) it imports, runs -O1,
+For each of the onnx package's light models (a seeded random-weight copy, batch 1) it imports, runs -O2,
 lowers for OpenCL and loads (compile time is reported separately), then times tessel-opencl and
 onnxruntime in alternating rounds: each round is the median of --repeat runs after a warm-up, and the
 table shows the best round (this VM sometimes drops to one-thread speed; a round over 2x the best is
 flagged as an outlier). tessel-numpy is timed with fewer runs. Outputs are checked against onnxruntime
 (rtol 1e-3, atol 1e-4). The BERT-style encoder of tests/models/transformer.py (`--models transformer`) runs
-the same way with the pattern-recognition passes added (attention, LayerNorm, GELU); its ratio is printed
-apart from the light models' geomean. Then two microbenchmarks: SGEMM 1024^3 (the matmul kernel's time
-from profiling events) and a 64 MiB f32 add (three streams). Results go to bench/results/<date>.json and
-latest.json.
+the same way (-O2 recognizes its attention, LayerNorm and GELU); its ratio is printed apart from the light
+models' geomean. Then two microbenchmarks: SGEMM 1024^3 (the matmul kernel's time from profiling events)
+and a 64 MiB f32 add (three streams). Results go to bench/results/<date>.json and latest.json.
 """
 
 from __future__ import annotations
@@ -77,17 +76,15 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     from tessel.frontends.onnx.importer import import_model
     from tessel.frontends.onnx.randomize import randomize_weights
     from tessel.passes.manager import PassManager
-    from tessel.passes.pipeline import O_LEVELS, PATTERNS, parse_pipeline
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
     from tessel.targets.numpy.interpreter import run_func
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.lower import lower_module
     from tessel.targets.opencl.runtime import Executable
 
-    pipeline = O_LEVELS[1]
+    pipeline = O_LEVELS[args.level]
     if name == TRANSFORMER:
         model, feeds = transformer_model()
-        if "recognize-attention" not in pipeline:  # the encoder is there to measure the recognized ops
-            pipeline += f",{PATTERNS},dce"
     else:
         model = randomize_weights(onnx.load(str(LIGHT / f"light_{FILES.get(name, name)}.onnx")), seed=0)
         inits = {i.name for i in model.graph.initializer}
@@ -264,6 +261,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join((*MODELS, TRANSFORMER)),
                     help=f"comma-separated light model names, and '{TRANSFORMER}' for the encoder")
+    ap.add_argument("-O", dest="level", type=int, default=2, choices=range(4),
+                    help="the optimization level the models are compiled at (default 2)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per round (median)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per model; the best is reported")
     ap.add_argument("--numpy-repeat", type=int, default=2, help="timed runs of the numpy target")
