@@ -1,0 +1,656 @@
+"""fuse: form `kernel` regions (elementwise chains, contraction epilogues, reductions with prologue and
+epilogue), each becoming one device kernel, with a remark for every decision and refusal.
+
+Greedy, producer to consumer, in program order:
+1. anchors: each `conv2d`, `matmul`, `gemm` (kind `epilogue`) and each `softmax`, `log_softmax`,
+   `layer_norm`, `batch_norm`, `reduce_*`, `global_avg_pool`, `max_pool2d`, `avg_pool2d` (kind
+   `reduction`) takes, as the fused-region contract of ir/ops/kernel.py and the OpenCL `kernel` template
+   expect: an `unpack` (inner_dims_pos=[1]) of its input when that is its only user (conv2d and pools;
+   an unpack read only by such anchors is cloned into each, so the NCHW value is never written); for a
+   reduction, the elementwise ops that compute its input (its prologue, each with the input's shape);
+   a `pack` (inner_dims_pos=[1]) when that is its only user (conv2d and pools); then the chain of
+   elementwise consumers, each the only user of the value before it, whose other operands broadcast to
+   the chain's shape without changing it (they become block arguments; `dense<>` literals are cloned in).
+2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
+   share a region; a value used outside its region is yielded (several results rather than
+   recomputation), unless that would make a cycle through an outside op (then a producer whose only
+   user is the consumer moves to the consumer's region, and a cheap multi-use one is recomputed there
+   with recompute=true).
+A region is formed only with two ops or more: a lone op already lowers to its own kernel.
+
+Fusing removes the intermediate's write and re-read; `bytes-saved` sums, per region, the traffic of its
+ops (their `cost`) minus the region's boundary traffic. Refusals, each a `missed` remark (category
+`fusion`) with its reason code: `multi-use` (a chain value with several users ends the region),
+`would-recompute` (a cheap multi-use producer, at most 4 FLOPs per element by its `cost`, that
+`recompute=true` would clone into the consumer's region, as -O3 does: remark `recomputed`),
+`layout-mismatch` (a pack/unpack not adjacent to an anchor), `reduction-axis` (a consumer broadcasting a
+reduction's result back, or a prologue op whose shape differs from the reduction's input),
+`shape-change` (a consumer broadcasting the chain to a larger shape), `dtype` (a consumer changing the
+element type of a contraction's or reduction's result), `too-large` (over `max-ops` ops or `max-args`
+operands), `not-elementwise` (a consumer no template fuses); and `no-partner` for each elementwise op
+left on its own that no other remark names, so `--remarks-missed` explains every unfused elementwise op.
+Ops computed from constants only are left alone (they run once, at load time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..ir.attributes import DenseAttr
+from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
+from ..ir.ops.registry import Cost, OpError, get_op, op_sig
+from .manager import Pass, PassContext
+
+EPILOGUE_ANCHORS = frozenset({"conv2d", "matmul", "gemm"})
+REDUCTION_ANCHORS = frozenset(
+    {"softmax", "log_softmax", "layer_norm", "batch_norm", "global_avg_pool", "max_pool2d", "avg_pool2d"}
+)
+BLOCKED_ANCHORS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool"})
+"""Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
+CHEAP_FLOPS = 4
+"""A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
+
+
+def is_anchor(op: Op) -> bool:
+    return op.name in EPILOGUE_ANCHORS or op.name in REDUCTION_ANCHORS or op.name.startswith("reduce_")
+
+
+def is_elementwise(op: Op) -> bool:
+    opdef = get_op(op.name)
+    return opdef is not None and opdef.has("elementwise") and len(op.results) == 1
+
+
+def is_literal(v: Value) -> bool:
+    return v.op is not None and v.op.name == "const" and isinstance(v.op.attrs.get("value"), DenseAttr)
+
+
+def quoted(ops: Sequence[Op]) -> str:
+    return ", ".join(f"'{o.name}'" for o in ops)
+
+
+def shape_text(v: Value) -> str:
+    return "x".join("?" if d is None else str(d) for d in v.type.shape) or "scalar"
+
+
+@dataclass
+class Fuse(Pass):
+    """Form kernel regions: elementwise chains, conv/matmul epilogues, reductions with prologue/epilogue.
+
+    Options: `max-ops` (ops per region), `max-args` (operands per region), `recompute` (clone cheap
+    multi-use producers into each consumer's region instead of refusing). See the module docstring.
+    """
+
+    NAME = "fuse"
+    STATISTICS = {
+        "num-kernels": "Number of kernel regions formed",
+        "num-fused": "Number of ops moved into kernel regions",
+        "num-recomputed": "Number of cheap producers cloned into a consumer's region",
+        "bytes-saved": "Bytes of memory traffic the regions save (by the ops' cost)",
+    }
+    max_ops: int = 16
+    max_args: int = 8
+    recompute: bool = False
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        for f in module.funcs:
+            _Fuser(self, module, ctx, f.block).run()
+
+
+class _Fuser:
+    """The fusion of one func body."""
+
+    def __init__(self, p: Fuse, module: Module, ctx: PassContext, block: Block):
+        self.p, self.module, self.ctx, self.block = p, module, ctx, block
+        self.explained: set[int] = set()  # ops a missed remark names
+        self.anchor_of: dict[int, Op] = {}  # kernel op -> the anchor (or first op) it was formed around
+        self.constant: set[int] = set()  # values computed from constants only
+        for op in block.ops:
+            if op.name == "const" or (op.operands and all(id(v) in self.constant for v in op.operands)):
+                self.constant.update(id(r) for r in op.results)
+        self.pos: dict[int, int] = {}
+        self.erased: list[Op] = []
+        self.renumber()
+
+    # helpers --------------------------------------------------------------------------------------
+    def renumber(self) -> None:
+        self.pos = {id(op): i for i, op in enumerate(self.block.ops)}
+
+    def fusible(self, op: Op) -> bool:
+        """An op this pass may move into a region: in the func body, static, not computed from constants."""
+        return (
+            op.parent is self.block
+            and op.name != "kernel"
+            and len(op.results) == 1
+            and all(r.type.is_static for r in op.results)
+            and not all(id(r) in self.constant for r in op.results)
+        )
+
+    def cost(self, op: Op) -> Cost:
+        opdef = get_op(op.name)
+        try:
+            return opdef.cost(op_sig(op, self.module.resources)) if opdef else Cost()
+        except (OpError, ValueError, KeyError, TypeError):
+            return Cost()
+
+    def cheap(self, op: Op) -> bool:
+        n = op.result.type.numel
+        return n > 0 and self.cost(op).flops <= CHEAP_FLOPS * n
+
+    def flops_text(self, op: Op) -> str:
+        n = self.cost(op).flops // max(op.result.type.numel, 1)
+        return f"{n} FLOP{'' if n == 1 else 's'} per element"
+
+    def missed(self, reason: str, ops: Sequence[Op], message: str) -> None:
+        self.explained.update(id(o) for o in ops if is_elementwise(o))
+        self.ctx.remark_missed("fusion", reason, ops, message)
+
+    def inputs(self, ops: Sequence[Op], anchor: Op | None) -> tuple[list[Value], list[Value]]:
+        """The region's operands (distinct values from outside, in first-use order) and the dense<>
+        literals its elementwise ops read (cloned inside; an anchor or layout op takes an operand)."""
+        inside = {id(r) for o in ops for r in o.results}
+        args: dict[int, Value] = {}
+        literals: dict[int, Value] = {}
+        for o in ops:
+            for v in o.operands:
+                if id(v) in inside:
+                    continue
+                if is_literal(v) and o is not anchor and is_elementwise(o):
+                    literals.setdefault(id(v), v)
+                else:
+                    args.setdefault(id(v), v)
+        return list(args.values()), list(literals.values())
+
+    def too_large(self, ops: Sequence[Op], anchor: Op | None) -> str | None:
+        if len(ops) > self.p.max_ops:
+            return f"the region would have {len(ops)} ops (max-ops={self.p.max_ops})"
+        n = len(self.inputs(ops, anchor)[0])
+        if n > self.p.max_args:
+            return f"the region would take {n} operands (max-args={self.p.max_args})"
+        return None
+
+    def erase(self, op: Op) -> None:
+        op.erase()
+        self.erased.append(op)  # kept alive: the id-keyed tables must not see its id reused
+        self.renumber()
+
+    def clone_before(self, op: Op, consumer: Op) -> Op:
+        """A copy of `op` (same operands) placed right before `consumer`, which now reads the copy."""
+        c = Op(
+            op.name,
+            op.operands,
+            op.result_types,
+            dict(op.attrs),
+            loc=op.loc,
+            result_names=[r.name for r in op.results],
+            pos=op.pos,
+        )
+        self.block.insert_before(consumer, c)
+        for user, i in list(op.result.uses):
+            if user is consumer:
+                user.set_operand(i, c.result)
+        self.renumber()
+        return c
+
+    # driver ---------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for op in list(self.block.ops):
+            if op.parent is self.block and is_anchor(op) and self.fusible(op):
+                self.anchor_region(op)
+        self.elementwise_regions()
+        for op in self.block.ops:
+            if is_elementwise(op) and id(op) not in self.explained:
+                self.missed("no-partner", [op], self.why_alone(op))
+        self.sort_block()
+
+    # anchored regions -----------------------------------------------------------------------------
+    def anchor_region(self, anchor: Op) -> None:
+        kind = "epilogue" if anchor.name in EPILOGUE_ANCHORS else "reduction"
+        ops = [anchor]
+        unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
+        if unpack is not None:
+            ops.insert(0, unpack)
+        elif kind == "reduction":
+            self.prologue(anchor, 0, anchor, ops)
+        v = anchor.result
+        pack = v.users[0] if len(v.uses) == 1 else None
+        if (
+            anchor.name in BLOCKED_ANCHORS
+            and pack is not None
+            and pack.name == "pack"
+            and blocked_on_channels(pack)
+            and self.fusible(pack)
+        ):
+            ops.append(pack)
+            v = pack.result
+        self.chain(v, anchor, kind, ops)
+        if len(ops) > 1:
+            self.form(ops, kind, anchor)
+
+    def absorbable_unpack(self, anchor: Op) -> Op | None:
+        x = anchor.operands[0]
+        u = x.op
+        if u is None or u.name != "unpack" or not self.fusible(u):
+            return None
+        if not blocked_on_channels(u):
+            self.missed(
+                "layout-mismatch",
+                [u, anchor],
+                f"'{anchor.name}' reads an unpack that is not "
+                "NCHWc (inner_dims_pos=[1]); the region cannot read it blocked",
+            )
+            return None
+        if x.uses == [(anchor, 0)]:
+            return u
+        if not self.feeds_blocked_anchors(u):
+            self.missed(
+                "multi-use",
+                [u, anchor],
+                f"the unpack before '{anchor.name}' has {len(x.uses)} uses, not all of them "
+                "blocked-layout anchors; it stays a kernel of its own",
+            )
+            return None
+        # every reader takes a copy, so no NCHW copy of the value is ever written: free, unlike
+        # recomputing arithmetic (the last reader takes the original)
+        c = self.clone_before(u, anchor)
+        self.p.stat("num-recomputed")
+        self.ctx.remark_passed(
+            "fusion",
+            "recomputed",
+            [c, anchor],
+            f"cloned the unpack into the kernel of '{anchor.name}', which reads the blocked value itself",
+        )
+        return c
+
+    def feeds_blocked_anchors(self, unpack: Op) -> bool:
+        """Whether only conv2d or pool anchors read `unpack`, as their input (each takes it along)."""
+        uses = unpack.result.uses
+        return (
+            bool(uses)
+            and all(i == 0 and o.name in BLOCKED_ANCHORS and self.fusible(o) for o, i in uses)
+            and blocked_on_channels(unpack)
+        )
+
+    def prologue(self, consumer: Op, index: int, anchor: Op, ops: list[Op]) -> None:
+        """Take the elementwise producer of `consumer`'s operand `index` (and, recursively, its
+        producers) into the region of reduction `anchor` when the region is its only user."""
+        v = consumer.operands[index]
+        p = v.op
+        if p is None or not is_elementwise(p) or not self.fusible(p) or p in ops:
+            return
+        want = anchor.operands[0]
+        if v.type.shape != want.type.shape:
+            self.missed(
+                "reduction-axis",
+                [p, anchor],
+                f"'{p.name}' has shape {shape_text(v)}, not the "
+                f"{shape_text(want)} of the input of '{anchor.name}'; it cannot be its prologue",
+            )
+            return
+        single = v.users == [consumer] and (consumer is not anchor or v.uses == [(anchor, 0)])
+        n = len(v.uses)
+        if not single and not self.cheap(p):
+            self.missed(
+                "multi-use",
+                [p, anchor],
+                f"'{p.name}' has {n} uses; computing it once is cheaper "
+                f"than in the kernel of '{anchor.name}' too",
+            )
+            return
+        if not single and not self.p.recompute:
+            self.missed(
+                "would-recompute",
+                [p, anchor],
+                f"'{p.name}' has {n} uses; the kernel of "
+                f"'{anchor.name}' would recompute it (recompute=true does)",
+            )
+            return
+        problem = self.too_large([p, *ops], anchor)
+        if problem:
+            self.missed(
+                "too-large", [p, anchor], f"'{p.name}' stays out of the kernel of '{anchor.name}': " + problem
+            )
+            return
+        if not single:
+            p = self.clone_before(p, consumer)
+            ops.insert(0, p)
+            self.p.stat("num-recomputed")
+            self.ctx.remark_passed(
+                "fusion",
+                "recomputed",
+                [p, anchor],
+                f"recomputed '{p.name}' "
+                f"({self.flops_text(p)}) in the kernel of '{anchor.name}' instead of "
+                "reading it",
+            )
+            return  # a clone reads what the original read; its producers stay where they are
+        ops.insert(0, p)
+        for i in range(len(p.operands)):
+            self.prologue(p, i, anchor, ops)
+
+    def chain(self, v: Value, anchor: Op, kind: str, ops: list[Op]) -> None:
+        """Extend the region with elementwise consumers of `v`, one after another."""
+        where = f"the {'epilogue of' if kind == 'epilogue' else 'kernel of'} '{anchor.name}'"
+        last = ops[-1]
+        while True:
+            users = v.users
+            if len(users) != 1:
+                ew = [u for u in users if is_elementwise(u) and u.parent is self.block]
+                if ew:
+                    verb = "reads" if len(ew) == 1 else "read"
+                    self.missed(
+                        "multi-use",
+                        [last, *ew],
+                        f"the result of '{last.name}' has {len(users)} "
+                        f"users; {where} ends there and {quoted(ew)} {verb} it from memory",
+                    )
+                return
+            u = users[0]
+            if u.name in ("return", "kernel") or u.parent is not self.block:
+                return
+            if u.name == "unpack" and self.feeds_blocked_anchors(u):
+                return  # it joins the kernel of the conv or pool that reads it
+            if u.name in ("pack", "unpack"):
+                self.missed(
+                    "layout-mismatch",
+                    [u, last],
+                    f"'{u.name}' changes the layout after "
+                    f"'{last.name}'; only a pack right after a conv2d or pool joins its kernel",
+                )
+                return
+            if not is_elementwise(u):
+                if not is_anchor(u):
+                    self.missed(
+                        "not-elementwise",
+                        [u, last],
+                        f"'{u.name}' is not elementwise; no fused template takes it into {where}",
+                    )
+                return
+            if not self.fusible(u):
+                return
+            if len(v.uses) > 1:
+                self.missed(
+                    "multi-use",
+                    [u, last],
+                    f"'{u.name}' reads the result of '{last.name}' "
+                    f"{len(v.uses)} times; {where} takes each value once",
+                )
+                return
+            if u.result.type.shape != v.type.shape:
+                reason = "reduction-axis" if kind == "reduction" else "shape-change"
+                what = "back " if kind == "reduction" else ""
+                self.missed(
+                    reason,
+                    [u, last],
+                    f"'{u.name}' broadcasts the result of '{last.name}' {what}"
+                    f"from {shape_text(v)} to {shape_text(u.result)}; it cannot join {where}",
+                )
+                return
+            if u.result.type.dtype != anchor.result.type.dtype:
+                self.missed(
+                    "dtype",
+                    [u, last],
+                    f"'{u.name}' changes the element type from "
+                    f"{anchor.result.type.dtype} to {u.result.type.dtype}; it cannot join {where}",
+                )
+                return
+            problem = self.too_large([*ops, u], anchor)
+            if problem:
+                self.missed("too-large", [u, last], f"'{u.name}' cannot join {where}: {problem}")
+                return
+            ops.append(u)
+            v, last = u.result, u
+
+    # elementwise regions --------------------------------------------------------------------------
+    def elementwise_regions(self) -> None:
+        group: dict[int, list[Op]] = {}
+        for u in list(self.block.ops):
+            if not is_elementwise(u) or not self.fusible(u):
+                continue
+            mine = [u]
+            group[id(u)] = mine
+            for v in u.operands:
+                p = v.op
+                if p is None or id(p) not in group or group[id(p)] is mine or u not in v.users:
+                    continue  # (u may read a clone of p by now)
+                if p.result.type.shape != u.result.type.shape:
+                    self.missed(
+                        "shape-change",
+                        [u, p],
+                        f"'{u.name}' broadcasts the result of '{p.name}' "
+                        f"from {shape_text(v)} to {shape_text(u.result)}; they stay apart",
+                    )
+                    continue
+                merged = sorted(group[id(p)] + mine, key=lambda o: self.pos[id(o)])
+                problem = self.too_large(merged, None)
+                if problem:
+                    self.missed("too-large", [u, p], f"'{u.name}' and '{p.name}' stay apart: {problem}")
+                    continue
+                if self.makes_cycle(merged, group) is not None:
+                    mine = self.recompute_or_refuse(p, u, mine, group)
+                    continue
+                mine = merged
+                for o in mine:
+                    group[id(o)] = mine
+        done: set[int] = set()
+        for ops in list(group.values()):
+            if id(ops) not in done and len(ops) > 1:
+                done.add(id(ops))
+                self.form(ops, "elementwise", None)
+
+    def recompute_or_refuse(self, p: Op, u: Op, mine: list[Op], group: dict[int, list[Op]]) -> list[Op]:
+        """The regions of `p` and `u` cannot merge (a path leaves them and comes back). When `u` is the
+        only user of `p`, `p` moves to `u`'s region; otherwise a cheap `p` is cloned into it with
+        recompute=true; else the refusal is remarked. Returns `u`'s region."""
+        through = self.makes_cycle(sorted(group[id(p)] + mine, key=lambda o: self.pos[id(o)]), group)
+        via = f"through '{through.name}' " if through is not None else ""
+        n = len(p.result.users)
+        single = n == 1
+        if not single and not self.cheap(p):
+            self.missed(
+                "multi-use",
+                [u, p],
+                f"'{p.name}' has {n} users and its region leads {via}back to "
+                f"'{u.name}'; they cannot share a region",
+            )
+            return mine
+        if not single and not self.p.recompute:
+            self.missed(
+                "would-recompute",
+                [u, p],
+                f"'{p.name}' has {n} users and its region leads {via}"
+                f"back to '{u.name}'; the region of '{u.name}' would recompute it (recompute=true "
+                "does)",
+            )
+            return mine
+        old = group[id(p)]
+        if single:  # a move: its old region loses a sink, which keeps that region convex
+            old.remove(p)
+            group[id(p)] = [p]
+        c = p if single else self.clone_before(p, u)
+        merged = sorted([c, *mine], key=lambda o: self.pos[id(o)])
+        problem = self.too_large(merged, None)
+        if problem or self.makes_cycle(merged, group) is not None:
+            if single:
+                old.append(p)
+                group[id(p)] = old
+            else:
+                u.set_operands([p.result if x is c.result else x for x in u.operands])
+                self.erase(c)
+            reason = "too-large" if problem else "multi-use"
+            self.missed(
+                reason,
+                [u, p],
+                f"'{u.name}' cannot fuse '{p.name}': "
+                + (problem or f"its region leads {via}back to '{u.name}'"),
+            )
+            return mine
+        if not single:
+            self.p.stat("num-recomputed")
+            self.ctx.remark_passed(
+                "fusion",
+                "recomputed",
+                [c, u],
+                f"recomputed '{p.name}' ("
+                f"{self.flops_text(p)}) in the region of '{u.name}' instead of reading it",
+            )
+        for o in merged:
+            group[id(o)] = merged
+        return merged
+
+    def makes_cycle(self, ops: list[Op], group: dict[int, list[Op]]) -> Op | None:
+        """An op outside `ops` on a path that leaves them and comes back, counting each other region as
+        one node (the regions could not be ordered); None when there is none."""
+        inside = {id(o) for o in ops}
+        stack = [x for o in ops for x in o.result.users if id(x) not in inside]
+        seen: set[int] = set()
+        while stack:
+            w = stack.pop()
+            if id(w) in seen or id(w) in inside:
+                continue
+            seen.add(id(w))
+            members = group.get(id(w), [w])
+            stack.extend(m for m in members if id(m) not in seen)
+            for r in w.results:
+                for x in r.users:
+                    if id(x) in inside:
+                        return w
+                    stack.append(x)
+        return None
+
+    # building a region ----------------------------------------------------------------------------
+    def form(self, ops: list[Op], kind: str, anchor: Op | None) -> None:
+        ops = sorted(ops, key=lambda o: self.pos[id(o)])
+        inside = {id(o) for o in ops}
+        args, literals = self.inputs(ops, anchor)
+        yields = [r for o in ops for r in o.results if any(id(x) not in inside for x in r.users)]
+        if not yields:
+            return  # dead code: nothing to compute
+        saved = (
+            sum(self.cost(o).bytes for o in ops)
+            - sum(a.type.nbytes for a in args)
+            - sum(r.type.nbytes for r in yields)
+        )
+        kernel = Op(
+            "kernel",
+            args,
+            [r.type for r in yields],
+            {"kind": kind},
+            loc=fuse_locs(*(o.loc for o in ops)),
+            result_names=[r.name for r in yields],
+        )
+        self.block.insert_after(ops[-1], kernel)
+        for i, r in enumerate(yields):
+            for user, j in list(r.uses):
+                if id(user) not in inside:
+                    user.set_operand(j, kernel.results[i])
+        body = Block([a.type for a in args], [a.name for a in args])
+        kernel.add_region(Region([body]))
+        mapping = {id(a): b for a, b in zip(args, body.args, strict=True)}
+        clones: dict[int, Value] = {}
+        for lit in literals:
+            assert lit.op is not None
+            c = body.append(
+                Op("const", (), [lit.type], dict(lit.op.attrs), loc=lit.op.loc, result_names=[lit.name])
+            )
+            clones[id(lit)] = c.result
+        values_inside = {id(r) for o in ops for r in o.results}
+        for o in ops:
+            self.block.remove(o)
+            body.append(o)
+            takes_literals = o is not anchor and is_elementwise(o)
+            for j, v in enumerate(o.operands):
+                if id(v) in values_inside:
+                    continue
+                o.set_operand(j, clones[id(v)] if takes_literals and id(v) in clones else mapping[id(v)])
+        body.append(Op("yield", yields))
+        for lit in literals:
+            if not lit.uses and lit.op is not None:
+                self.erase(lit.op)
+        self.renumber()
+        self.anchor_of[id(kernel)] = anchor or ops[0]
+        self.p.stat("num-kernels")
+        self.p.stat("num-fused", len(ops))
+        self.p.stat("bytes-saved", max(saved, 0))
+        self.ctx.remark_passed("fusion", "fused", ops, self.fused_message(ops, kind, anchor, saved, yields))
+
+    @staticmethod
+    def fused_message(ops: list[Op], kind: str, anchor: Op | None, saved: int, yields: list[Value]) -> str:
+        tail = f" (saves {saved} bytes)"
+        if anchor is None:
+            extra = f", yielding {len(yields)} results" if len(yields) > 1 else ""
+            return f"fused {quoted(ops)} into one elementwise kernel{extra}{tail}"
+        i = ops.index(anchor)
+        before, after = ops[:i], ops[i + 1 :]
+        if kind == "epilogue" and not before:
+            return f"fused {quoted(after)} into the epilogue of '{anchor.name}'{tail}"
+        parts = ([f"{quoted(before)} as the prologue"] if before else []) + (
+            [f"{quoted(after)} as the epilogue"] if after else []
+        )
+        return f"fused {' and '.join(parts)} of '{anchor.name}'{tail}"
+
+    # explaining lone ops --------------------------------------------------------------------------
+    def why_alone(self, op: Op) -> str:
+        if all(id(r) in self.constant for r in op.results):
+            return f"'{op.name}' is computed from constants only; it runs once, at load time"
+        if not all(r.type.is_static for r in op.results):
+            return f"'{op.name}' has a dynamic shape; fusion needs static shapes"
+        producers: list[str] = []
+        for v in dict.fromkeys(op.operands):
+            p = v.op
+            if p is None:
+                producers.append("a function argument")
+            elif p.name != "const":
+                producers.append(self.describe(p))
+        users = [self.describe(u) for u in op.result.users]
+        text = f"'{op.name}' has nothing to fuse with"
+        if producers:
+            text += f": it reads {', '.join(dict.fromkeys(producers))}"
+        if users:
+            text += (" and" if producers else ":") + f" feeds {', '.join(dict.fromkeys(users))}"
+        return text + "; it stays a kernel of its own"
+
+    def describe(self, op: Op) -> str:
+        if op.name == "return":
+            return "the return"
+        if op.name == "kernel":
+            return f"the kernel of '{self.anchor_of.get(id(op), op).name}'"
+        return f"'{op.name}'"
+
+    # order ----------------------------------------------------------------------------------------
+    def sort_block(self) -> None:
+        """Restore def-before-use (a region yielding several values may come after one of their users)
+        with the least movement: a stable topological sort by current position."""
+        import heapq
+
+        ops = self.block.ops
+        index = {id(o): i for i, o in enumerate(ops)}
+        deps: dict[int, int] = {}
+        users: dict[int, list[Op]] = {id(o): [] for o in ops}
+        for o in ops:
+            producers = {id(v.op) for v in o.operands if v.op is not None and id(v.op) in index}
+            deps[id(o)] = len(producers)
+            for pid in producers:
+                users[pid].append(o)
+        ready = [(index[id(o)], o) for o in ops if deps[id(o)] == 0]
+        heapq.heapify(ready)
+        order: list[Op] = []
+        while ready:
+            _, o = heapq.heappop(ready)
+            order.append(o)
+            for x in users[id(o)]:
+                deps[id(x)] -= 1
+                if deps[id(x)] == 0:
+                    heapq.heappush(ready, (index[id(x)], x))
+        assert len(order) == len(ops), "fuse made a cycle"
+        self.block.ops[:] = order
+
+
+def blocked_on_channels(op: Op) -> bool:
+    """A pack/unpack to or from NCHWc: one tile on dim 1, no outer permutation."""
+    perm = op.attrs.get("outer_dims_perm", [])
+    rank = op.operands[0].type.rank if op.name == "pack" else op.result.type.rank
+    return op.attrs.get("inner_dims_pos") == [1] and rank == 4 and perm in ([], list(range(rank)))
+
+
+PASS = Fuse
