@@ -12,14 +12,22 @@ no bounds checks. Weights are packed (a `pack` op, once at load time for constan
   each input vector loaded once for all the taps that use it.
 
 Bias and an optional fused `epilogue` (see gemm.Epilogue) are applied per output element before its
-store, with the output index in NCHW.
+store, with the output index in out0's layout.
+
+Blocked operands (`lower_conv2d(ctx, in_block=b, out_block=b)`, used by fused regions
+`unpack -> conv2d -> pack`): in0 or out0 then holds NCHWc, [N, ceil(C/b), H, W, b] with zero channel
+padding, while the op's signature stays NCHW. A blocked input whose blocks are the kernel's own (dense conv
+with 16-channel blocks, or depthwise with 16-wide channel vectors) and that needs no spatial padding is read
+in place, with no repack; otherwise the repack reads whole channel vectors from the blocked source. A
+blocked output is stored a vector per pixel (its lanes are consecutive), the epilogue getting the blocked
+flat index; its channel padding is zeroed by a small extra kernel.
 """
 
 from __future__ import annotations
 
 import math
 
-from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, template
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
 from .gemm import Epilogue, check_float32, pick_cols, vtype
 
 LANES = "0123456789abcdef"
@@ -36,17 +44,22 @@ def pick_block(cg: int) -> int:
     return min(range(16, 7, -1), key=lambda b: math.ceil(cg / b) * b)
 
 
-def pick_tile(ho: int, wo: int, hi: int = 24) -> tuple[int, int]:
-    """(TH, TW) output pixels per work-item: ~14-24 of them, padding the output least."""
+def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False) -> tuple[int, int]:
+    """(TH, TW) output pixels per work-item: ~14-24 of them, padding the output least (`exact`: only tiles
+    of at least 8 pixels dividing the output; (0, 0) when there are none)."""
     best: tuple[float, int, int, int, int] | None = None
     for tw in range(1, min(wo, hi) + 1):
         for th in range(1, min(ho, hi // tw) + 1):
             r = tw * th
+            if exact and (ho % th or wo % tw or r < 8):
+                continue
             padded = math.ceil(ho / th) * th * math.ceil(wo / tw) * tw
             key = (padded / min(r, 14), abs(r - 16), th, tw, r)
             if best is None or key < best:
                 best = key
-    assert best is not None
+    if best is None:
+        assert exact
+        return 0, 0
     return best[2], best[3]
 
 
@@ -64,6 +77,34 @@ class Geometry:
         self.sh, self.sw = (int(v) for v in ctx.attr("strides"))
         self.pt, self.pl = (int(v) for v in ctx.attr("pads")[:2])
         self.dh, self.dw = (int(v) for v in ctx.attr("dilations"))
+        self.pads = [int(v) for v in ctx.attr("pads")]
+        self.in_block = self.out_block = 0  # NCHWc blocks of in0 / out0 (0: NCHW)
+
+    @property
+    def cbn_in(self) -> int:
+        """Channel blocks of a blocked in0."""
+        return math.ceil(self.c / self.in_block)
+
+    @property
+    def obn(self) -> int:
+        """Channel blocks of a blocked out0."""
+        return math.ceil(self.o / self.out_block)
+
+    def x_index(self, n: str, c: str, h: str, w: str) -> str:
+        """Flat index of x[n, c, h, w] in in0's layout."""
+        if not self.in_block:
+            return f"(((long)({n}) * {self.c} + ({c})) * {self.h} + ({h})) * {self.w} + ({w})"
+        b = self.in_block
+        return (f"((((long)({n}) * {self.cbn_in} + ({c}) / {b}) * {self.h} + ({h})) * {self.w} + ({w})) * {b}"
+                f" + ({c}) % {b}")
+
+    def y_index(self, oc: str, y: int, x: int) -> str:
+        """Flat index of y[n, oc, oh0 + y, ow0 + x] in out0's layout."""
+        if not self.out_block:
+            return f"(n * {self.o} + {oc}) * {self.ho * self.wo} + (oh0 + {y}) * {self.wo} + ow0 + {x}"
+        b = self.out_block
+        return (f"((n * {self.obn} + ({oc}) / {b}) * {self.ho} + oh0 + {y}) * {self.wo * b}"
+                f" + (ow0 + {x}) * {b} + ({oc}) % {b}")
 
     def padded_input(self, th: int, tw: int) -> tuple[int, int]:
         """(Hp, Wp) of the repacked input: every row/column a padded tile of outputs reads."""
@@ -111,12 +152,75 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
     return Kernel(src, global_size, (local, 1, 1), ("in0", "tmp0"))
 
 
+def repack_blocked(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int) -> Kernel:
+    """x NCHWc [N, ceil(C/b), H, W, b] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x. When a
+    block of tmp0 is a block of x (cb == b, blocks aligned), each pixel is one vector copy."""
+    b = geo.in_block
+    cbn = math.ceil(cg / cb)
+    chunks = math.ceil(wp / 16)
+    if cb == b and (groups == 1 or cg % b == 0):
+        vt = vtype(cb)
+        x = f"X + (((long)n * {geo.cbn_in} + c0 / {b}) * {geo.h} + ih) * {geo.w * b}"
+        body = f"""    const __global float* x = {x};
+    for (int w = 0; w < min(16, {wp} - w0); ++w) {{
+        const int iw = iw0 + w;
+        const bool inside = row && iw >= 0 && iw < {geo.w};
+        vstore{cb}(inside ? vload{cb}(0, x + iw * {b}) : ({vt})(0.0f), w, p);
+    }}"""
+    else:
+        load = f"X[{geo.x_index('n', 'c0 + ci', 'ih', 'iw')}]"
+        body = f"""    for (int w = 0; w < min(16, {wp} - w0); ++w) {{
+        const int iw = iw0 + w;
+        const bool inside = row && iw >= 0 && iw < {geo.w};
+        for (int ci = 0; ci < {cb}; ++ci)
+            p[w * {cb} + ci] = inside && cin + ci < {cg} ? {load} : 0.0f;
+    }}"""
+    src = f"""// repack blocked x [{geo.n}, {geo.cbn_in}, {geo.h}, {geo.w}, {b}] (C = {geo.c}) into channel
+// blocks [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
+// 16 columns a work-item
+__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
+    const int w0 = get_global_id(0) * 16;
+    const int hh = get_global_id(1);
+    const int blk = get_global_id(2);  // (n * {groups} + group) * {cbn} + channel block
+    if (w0 >= {wp}) return;
+    const int n = blk / {groups * cbn};
+    const int cin = blk % {cbn} * {cb};  // first channel of the block within its group
+    const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
+    const int ih = hh - {geo.pt}, iw0 = w0 - {geo.pl};
+    const bool row = ih >= 0 && ih < {geo.h};
+    __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
+{body}
+}}
+"""
+    local = 4 if chunks >= 4 else 1
+    global_size = (math.ceil(chunks / local) * local, hp, geo.n * groups * cbn)
+    return Kernel(src, global_size, (local, 1, 1), ("in0", "tmp0"))
+
+
+def zero_channel_tail(geo: Geometry) -> Kernel:
+    """Zero the padding lanes (channels O.. of the last block) of a blocked out0."""
+    b, hw = geo.out_block, geo.ho * geo.wo
+    src = f"""// zero channels {geo.o}..{geo.obn * b - 1} of the blocked output
+// [{geo.n}, {geo.obn}, {geo.ho}, {geo.wo}, {b}]
+__kernel void KERNEL(__global float* restrict Y) {{
+    const int q = get_global_id(0);  // (n, pixel)
+    if (q >= {geo.n * hw}) return;
+    __global float* y = Y + (((long)(q / {hw}) * {geo.obn} + {geo.obn - 1}) * {hw} + q % {hw}) * {b};
+    for (int j = {geo.o % b}; j < {b}; ++j) y[j] = 0.0f;
+}}
+"""
+    k = launch_1d(geo.n * hw)
+    return Kernel(src, k.global_size, k.local_size, ("out0",))
+
+
 def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], has_bias: bool,
                  epilogue: Epilogue | None, lane_limit: bool = False) -> list[str]:
-    """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels oc0..) to NCHW."""
-    hw = geo.ho * geo.wo
+    """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels oc0..) to out0,
+    NCHW or blocked (geo.out_block). `lane_limit`: a grouped column whose valid lanes are `lim`."""
     lines = []
     ctail = geo.o % width != 0
+    # blocked output, lanes consecutive in memory: one vector store a pixel
+    vector = bool(geo.out_block) and width > 1 and geo.out_block % width == 0 and not lane_limit and not ctail
     for i, acc in enumerate(accs):
         y, x = divmod(i, tw)
         conds = []
@@ -128,11 +232,20 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
         if conds:
             lines.append(f"    if ({' && '.join(conds)}) {{")
             ind = "        "
-        lines.append(f"{ind}const int y{i} = (n * {geo.o} + oc0) * {hw} + (oh0 + {y}) * {geo.wo}"
-                     f" + ow0 + {x};")
-        for j in range(width):
+        lines.append(f"{ind}const int y{i} = {geo.y_index('oc0', y, x)};")
+        if vector:
+            v = acc + (f" + vload{width}(0, in2 + oc0)" if has_bias else "")
+            v = epilogue(f"({v})", f"y{i}", width) if epilogue else v
+            lines.append(f"{ind}vstore{width}({v}, 0, Y + y{i});")
+        for j in range(0 if vector else width):
             v = lane(acc, j, width) + (f" + in2[oc0 + {j}]" if has_bias else "")
-            idx = f"y{i} + {j * hw}"
+            if not geo.out_block:
+                idx = f"y{i} + {j * geo.ho * geo.wo}"
+            elif geo.out_block % width == 0 and not lane_limit:
+                idx = f"y{i} + {j}"
+            else:
+                idx = f"y{i}j{j}"
+                lines.append(f"{ind}const int {idx} = {geo.y_index(f'oc0 + {j}', y, x)};")
             if epilogue:
                 v = epilogue(v, idx, 1)
             store = f"Y[{idx}] = {v};"
@@ -240,8 +353,13 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
     return "\n".join(lines) + "\n"
 
 
-def tile_override(ctx: Ctx, geo: Geometry) -> tuple[int, int]:
+def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False) -> tuple[int, int]:
+    """The schedule's tile, else pick_tile's; `exact`: prefer a tile dividing the output (no over-read, so
+    a blocked input can be read in place) when one of at least 8 pixels exists."""
     th, tw = pick_tile(geo.ho, geo.wo)
+    if exact and (geo.ho % th or geo.wo % tw):
+        eh, ew = pick_tile(geo.ho, geo.wo, exact=True)
+        th, tw = (eh, ew) if eh else (th, tw)
     th, tw = int(ctx.schedule.get("tile_h", th)), int(ctx.schedule.get("tile_w", tw))
     if th < 1 or tw < 1 or th * tw > 32:
         raise NotLowerable(f"'conv2d' schedule tile {th}x{tw} must be positive with at most 32 pixels")
@@ -256,21 +374,31 @@ def conv2d(ctx: Ctx) -> Lowered:
 def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
                  out_block: int = 0) -> Lowered:
     """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
-    inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op."""
+    inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op; the
+    epilogue's index is then the flat index in the blocked out0."""
     check_float32("conv2d", *ctx.operands, *ctx.results)
-    if in_block or out_block:
-        raise NotLowerable(f"'conv2d' with blocked operands (in_block={in_block}, out_block={out_block}) "
-                           "is not lowered yet")
+    for b in (in_block, out_block):
+        if b and b not in (2, 4, 8, 16):
+            raise NotLowerable(f"'conv2d' channel block {b}: blocked layouts of 2, 4, 8 or 16 channels only")
     geo = Geometry(ctx)
+    geo.in_block, geo.out_block = in_block, out_block
     has_bias = len(ctx.operands) > 2
-    th, tw = tile_override(ctx, geo)
+    th, tw = tile_override(ctx, geo, exact=bool(in_block) and not any(geo.pads))
     hp, wp = geo.padded_input(th, tw)
     tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
     depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    # read a blocked in0 in place when its blocks are the kernel's and no pads or tile over-read are needed
+    in_place = bool(in_block) and not any(geo.pads) and hp <= geo.h and wp <= geo.w
     if depthwise:
-        width = int(ctx.schedule.get("cols", pick_cols(geo.c)))
+        default = in_block or out_block or pick_cols(geo.c)
+        width = int(ctx.schedule.get("cols", default))
+        if width not in (1, 2, 4, 8, 16):
+            raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16")
         pack = {1: PackSpec((0,), (width,))}
-        first = repack_input(geo, 1, geo.c, width, hp, wp)
+        in_place = in_place and width == in_block
+        if in_place:
+            hp, wp = geo.h, geo.w
+        first = (repack_blocked if in_block else repack_input)(geo, 1, geo.c, width, hp, wp)
         scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
         src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue)
         blocks, cb = math.ceil(geo.c / width), width
@@ -286,21 +414,31 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and not cpg and geo.og % width):
             raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16 and divide the "
                                f"{geo.og} output channels of a group")
-        cb = int(ctx.schedule.get("cin_block", pick_block(geo.cg)))
+        default = in_block if in_block and geo.g == 1 else pick_block(geo.cg)
+        cb = int(ctx.schedule.get("cin_block", default))
         if cpg:
             pack = {1: PackSpec((2, 1), (cb, width), reshape=(geo.g, geo.og, geo.cg, geo.kh, geo.kw))}
         else:
             pack = {1: PackSpec((1, 0), (cb, width))}
-        first = repack_input(geo, geo.g, geo.cg, cb, hp, wp)
+        in_place = in_place and geo.g == 1 and cb == in_block
+        if in_place:
+            hp, wp = geo.h, geo.w
+        first = (repack_blocked if in_block else repack_input)(geo, geo.g, geo.cg, cb, hp, wp)
         scratch = 4 * geo.n * geo.g * math.ceil(geo.cg / cb) * cb * hp * wp
         src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg)
         blocks = geo.g * cpg if cpg else math.ceil(geo.o / width)
     local = 4
     while local > 1 and math.ceil(tiles / local) * blocks * geo.n < 16:
         local //= 2
-    args = ("tmp0", "in1", "in2", "out0") if has_bias else ("tmp0", "in1", "out0")
+    x = "in0" if in_place else "tmp0"
+    args = (x, "in1", "in2", "out0") if has_bias else (x, "in1", "out0")
     main = Kernel(src, (math.ceil(tiles / local) * local, blocks, geo.n), (local, 1, 1), args)
-    schedule = {"tile_h": th, "tile_w": tw, "cols": width}
+    kernels = [main] if in_place else [first, main]
+    if out_block and geo.o % out_block:
+        kernels.append(zero_channel_tail(geo))
+    schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width}
     if not depthwise:
         schedule["cin_block"] = cb
-    return Lowered([first, main], [scratch], pack, schedule)
+    if in_block or out_block:
+        schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
+    return Lowered(kernels, [] if in_place else [scratch], pack, schedule)

@@ -38,6 +38,7 @@ from .gemm import Epilogue
 from .movement import CopySpec, Term, copy_kernel, elem
 
 FLOATS = ("f32", "f64")
+LANES = "0123456789abcdef"
 
 
 def _float_type(ctx: Ctx) -> tuple[TensorType, TensorType, str]:
@@ -73,14 +74,16 @@ def lower_pool(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
     """max_pool2d / avg_pool2d / global_avg_pool / global_max_pool. `in_block`/`out_block` b > 0: in0 / out0
     holds NCHWc (pack inner_dims_pos=[1], inner_tiles=[b], zero-padded channels) while ctx.sig describes
     the NCHW op; `epilogue` (see gemm.Epilogue) gets the flat index in out0's layout."""
-    if in_block or out_block or epilogue is not None:
-        raise NotLowerable(f"'{ctx.op_name}' with blocked operands or an epilogue is not lowered yet")
+    if epilogue is not None and ctx.operands[0].dtype != "f32":
+        raise NotLowerable(f"'{ctx.op_name}' with a fused epilogue: f32 only")
+    if in_block or out_block:
+        return pool_blocked(ctx, epilogue, in_block, out_block)
     if ctx.op_name in ("global_avg_pool", "global_max_pool"):
-        return global_pool(ctx)
-    return pool2d(ctx)
+        return global_pool(ctx, epilogue)
+    return pool2d(ctx, epilogue)
 
 
-def pool2d(ctx: Ctx) -> Lowered:
+def pool2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     x, y, T = _float_type(ctx)
     is_max = ctx.op_name == "max_pool2d"
     n, c, h, w = x.dims
@@ -95,6 +98,9 @@ def pool2d(ctx: Ctx) -> Lowered:
         from .movement import empty_kernel
 
         return Lowered([empty_kernel(f"{ctx.op_name}: empty result", T)])
+    def epi(value: str, index: str, lanes: int) -> str:
+        return epilogue(f"({value})", index, lanes) if epilogue else value
+
     offsets = [j * d1 for j in range(k1)]  # column offset of each tap from the window start
     first = -(-p[1] // s1)  # the first output whose window starts inside the row
     v, loads, bmax = 1, {}, -1
@@ -137,10 +143,11 @@ def pool2d(ctx: Ctx) -> Lowered:
                "            for (int j = j0; j < j1; j++) "
                + (_max("acc", f"row[j * {d1}]", False) if is_max else f"acc += row[j * {d1}];"),
                "        }"]
+        at = f"g * {wo} + ow"
         if is_max:
-            return out + ["        yp[ow] = acc;", "    }"]
+            return out + [f"        yp[ow] = {epi('acc', at, 1)};", "    }"]
         return out + [f"        const int cw = min(ws + {k1}, {hi_w}) - max(ws, {lo_w});",
-                      f"        yp[ow] = acc / ({T})(ch * cw);", "    }"]
+                      f"        yp[ow] = {epi(f'acc / ({T})(ch * cw)', at, 1)};", "    }"]
 
     if v == 1:
         lines += scalar("0", str(wo))
@@ -167,7 +174,7 @@ def pool2d(ctx: Ctx) -> Lowered:
                 val = f"l{base}.{lanes}"
             lines.append("            " + (_max("acc", val, True, mask=True) if is_max else f"acc += {val};"))
         res = f"select(acc, ({TV})NAN, bad)" if is_max else f"acc / ({T})(ch * {k1})"
-        lines += ["        }", f"        vstore{v}({res}, 0, yp + ow0);", "    }"]
+        lines += ["        }", f"        vstore{v}({epi(res, f'g * {wo} + ow0', v)}, 0, yp + ow0);", "    }"]
         if bmax + v < wo:
             lines += scalar(str(bmax + v), str(wo))
     lines.append("}")
@@ -198,7 +205,7 @@ def _tap_loads(offsets: list[int], stride: int, v: int) -> dict[int, tuple[int, 
 
 
 # global_avg_pool / global_max_pool ------------------------------------------------------------------------
-def global_pool(ctx: Ctx) -> Lowered:
+def global_pool(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     x, y, T = _float_type(ctx)
     is_max = ctx.op_name == "global_max_pool"
     planes, size = x.dims[0] * x.dims[1], math.prod(x.dims[2:])
@@ -231,9 +238,94 @@ def global_pool(ctx: Ctx) -> Lowered:
     r = "b1" if v > 1 else "a"
     for i in range(full, size):
         lines.append(f"    {_max(r, f'xp[{i}]', False)}" if is_max else f"    {r} += xp[{i}];")
-    lines += [f"    out0[g] = {r if is_max else f'{r} / ({T}){size}'};", "}"]
+    res = r if is_max else f"{r} / ({T}){size}"
+    lines += [f"    out0[g] = {epilogue(f'({res})', 'g', 1) if epilogue else res};", "}"]
     kern = launch_1d(planes)
     return Lowered([Kernel("\n".join(lines) + "\n", kern.global_size, kern.local_size)], schedule={"vec": v})
+
+
+# blocked (NCHWc) pooling -----------------------------------------------------------------------------------
+def pool_blocked(ctx: Ctx, epilogue: Epilogue | None, in_block: int, out_block: int) -> Lowered:
+    """2-D and global pools with in0 and/or out0 in NCHWc blocks of b: a work-item computes one output row
+    of one channel block as `float<b>` vectors (one vector load a tap from a blocked input, a gather of b
+    planes from an NCHW one) and stores a vector a pixel to a blocked output (lanes past C zeroed) or b
+    strided scalars to an NCHW one."""
+    x, y, T = _float_type(ctx)
+    op = ctx.op_name
+    if T != "float" or x.rank != 4:
+        raise NotLowerable(f"blocked '{op}': 4-D f32 only, got {x}")
+    if in_block and out_block and in_block != out_block:
+        raise NotLowerable(f"blocked '{op}': input block {in_block} differs from output block {out_block}")
+    b = in_block or out_block
+    if b not in (2, 4, 8, 16):
+        raise NotLowerable(f"blocked '{op}': channel block {b} must be 2, 4, 8 or 16")
+    n, c, h, w = x.dims
+    ho, wo = y.dims[2:]
+    cbn = math.ceil(c / b)
+    is_max = "max" in op
+    if op.startswith("global"):
+        (k0, k1), (s0, s1), p, (d0, d1), include = (h, w), (1, 1), [0] * 4, (1, 1), False
+    else:
+        k0, k1 = (int(v) for v in ctx.attr("kernel"))
+        s0, s1 = (int(v) for v in ctx.attr("strides"))
+        p = [int(v) for v in ctx.attr("pads")]
+        d0, d1 = (int(v) for v in ctx.attr("dilations")) if is_max else (1, 1)
+        include = not is_max and bool(ctx.attr("count_include_pad"))
+    TV, IV = f"float{b}", f"int{b}"
+    iota = f"({IV})({', '.join(str(j) for j in range(b))})"
+    if in_block:
+        load = f"vload{b}(0, in0 + ((((long)n * {cbn} + cb) * {h} + ih) * {w} + iw) * {b})"
+    else:  # gather the block's b channel planes
+        lanes = [f"xp[{j * h * w} + off]" for j in range(b)]
+        if c % b:
+            lanes = [f"(c0 + {j} < {c} ? {e} : 0.0f)" for j, e in enumerate(lanes)]
+        load = f"({TV})({', '.join(lanes)})"
+    lo_h, hi_h = (-p[0], h + p[2]) if include else (0, h)
+    lo_w, hi_w = (-p[1], w + p[3]) if include else (0, w)
+    layouts = [f"NCHW{b}c" if blk else "NCHW" for blk in (in_block, out_block)]
+    lines = [f"// {op} kernel=[{k0}, {k1}] strides=[{s0}, {s1}] pads={p} dilations=[{d0}, {d1}]"
+             f"{' count_include_pad' if include else ''}: {list(x.dims)} -> {list(y.dims)}, input "
+             f"{layouts[0]}, output {layouts[1]}; one output row of {b} channels per item",
+             "__kernel void KERNEL(__global const float* restrict in0, __global float* restrict out0) {",
+             "    const int q = get_global_id(0);  // (n, channel block, output row)",
+             f"    if (q >= {n * cbn * ho}) return;",
+             f"    const int oh = q % {ho}, cb = q / {ho} % {cbn}, n = q / {ho * cbn};",
+             f"    const int c0 = cb * {b}, hs = oh * {s0} - {p[0]};",
+             *([] if in_block else [f"    __global const float* xp = in0 + ((long)n * {c} + c0) * {h * w};"]),
+             f"    for (int ow = 0; ow < {wo}; ++ow) {{",
+             f"        const int ws = ow * {s1} - {p[1]};",
+             f"        {TV} acc = ({TV})({'-INFINITY' if is_max else '0.0f'});",
+             f"        for (int i = 0; i < {k0}; ++i) {{",
+             f"            const int ih = hs + i * {d0};",
+             f"            if (ih < 0 || ih >= {h}) continue;",
+             f"            for (int j = 0; j < {k1}; ++j) {{",
+             f"                const int iw = ws + j * {d1};",
+             f"                if (iw < 0 || iw >= {w}) continue;",
+             *([] if in_block else ["                const int off = ih * " + str(w) + " + iw;"]),
+             f"                const {TV} v = {load};",
+             f"                {_max('acc', 'v', True) if is_max else 'acc += v;'}",
+             "            }", "        }"]
+    res = "acc"
+    if not is_max:
+        lines += [f"        const int ch = min(hs + {k0}, {hi_h}) - max(hs, {lo_h});",
+                  f"        const int cw = min(ws + {k1}, {hi_w}) - max(ws, {lo_w});"]
+        res = "acc / (float)(ch * cw)"
+    if out_block:
+        lines.append(f"        const int yi = (((n * {cbn} + cb) * {ho} + oh) * {wo} + ow) * {b};")
+        val = epilogue(f"({res})", "yi", b) if epilogue else res
+        if c % b:
+            val = f"select({val}, ({TV})(0.0f), {iota} >= ({IV})({c} - c0))"
+        lines.append(f"        vstore{b}({val}, 0, out0 + yi);")
+    else:
+        lines.append(f"        const {TV} r = {res};")
+        for j in range(b):
+            idx = f"((n * {c} + c0 + {j}) * {ho} + oh) * {wo} + ow"
+            store = f"out0[{idx}] = {epilogue(f'r.s{LANES[j]}', idx, 1) if epilogue else f'r.s{LANES[j]}'};"
+            lines.append(f"        if (c0 + {j} < {c}) {store}" if c % b else f"        {store}")
+    lines += ["    }", "}"]
+    kern = launch_1d(n * cbn * ho, local=16)
+    return Lowered([Kernel("\n".join(lines) + "\n", kern.global_size, kern.local_size)],
+                   schedule={"in_block": in_block, "out_block": out_block})
 
 
 # resize ---------------------------------------------------------------------------------------------------

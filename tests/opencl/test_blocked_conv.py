@@ -1,0 +1,205 @@
+"""The conv2d and pool templates with blocked (NCHWc) operands, `lower_conv2d(ctx, in_block=, out_block=)`
+and `lower_pool(...)`, against numpy: the input is packed with `pack_array` before the launch when
+in_block > 0, the output unpacked (and its channel padding checked to be zero) when out_block > 0. An
+epilogue that adds its flat index checks the index the template passes is the one in out0's layout."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from tessel.ir.layout_util import pack_operand
+from tessel.ir.ops.layout import pack_array, unpack_array
+from tessel.ir.ops.registry import get_op
+from tessel.ir.types import TensorType
+from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.kernels.base import Ctx, Lowered, NotLowerable
+from tessel.targets.opencl.kernels.conv import lower_conv2d
+from tessel.targets.opencl.kernels.pool import lower_pool
+from tessel.targets.opencl.kernels.testing import build
+
+RNG = np.random.default_rng(11)
+SCALE = 1e-4  # the index epilogue adds SCALE * flat index
+
+
+def arr(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def index_epilogue(v: str, i: str, lanes: int) -> str:
+    if lanes == 1:
+        return f"({v} + (float)({i}) * {SCALE}f)"
+    iota = ", ".join(str(j) for j in range(lanes))
+    return f"({v} + convert_float{lanes}((int{lanes})({i}) + (int{lanes})({iota})) * {SCALE}f)"
+
+
+def make_ctx(
+    op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any], schedule: dict[str, Any] | None = None
+) -> Ctx:
+    opdef = get_op(op_name)
+    assert opdef is not None
+    sig = opdef.sig([TensorType.of(a) for a in inputs], attrs)
+    sig.results = opdef.infer(sig)
+    info = dev.device_info(dev.pick_device())
+    return Ctx(op_name, sig, info, (False,) * len(inputs), dict(schedule or {}))
+
+
+def run_lowered(
+    ctx: Ctx, low: Lowered, inputs: list[np.ndarray], in_block: int, out_shape: tuple[int, ...]
+) -> np.ndarray:
+    """Run the kernels of `low` with in0 packed to NCHWc `in_block` (when > 0); out0 of `out_shape`,
+    filled with NaN first so any element the kernels leave unwritten shows."""
+    cl = dev.cl()
+    device = dev.pick_device()
+    context = dev.context_for(device)
+    queue = cl.CommandQueue(context)
+    arrays = [np.ascontiguousarray(a) for a in inputs]
+    if in_block:
+        arrays[0] = pack_array(arrays[0], [1], [in_block], [])
+    for i, spec in low.pack.items():
+        src = arrays[i].reshape(spec.reshape) if spec.reshape else arrays[i]
+        arrays[i] = pack_operand(src, spec.attrs())
+    mf = cl.mem_flags
+    ins = [cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
+    out = np.full(out_shape, np.nan, np.float32)
+    out_buf = cl.Buffer(context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=out)
+    tmps = [cl.Buffer(context, mf.READ_WRITE, max(n, 4)) for n in low.scratch]
+    table = {f"in{i}": b for i, b in enumerate(ins)} | {"out0": out_buf}
+    table |= {f"tmp{i}": b for i, b in enumerate(tmps)}
+    kernels = build(low, context, ctx.device)
+    for kobj, k in zip(kernels, low.kernels, strict=True):
+        names = k.args or tuple(f"in{i}" for i in range(len(ins))) + ("out0",)
+        kobj.set_args(*[table[n] for n in names])
+        cl.enqueue_nd_range_kernel(queue, kobj, k.global_size, k.local_size)
+    cl.enqueue_copy(queue, out, out_buf)
+    queue.finish()
+    return out
+
+
+def check_blocked(
+    op_name: str,
+    inputs: list[np.ndarray],
+    attrs: dict[str, Any],
+    in_block: int,
+    out_block: int,
+    *,
+    epilogue: bool = False,
+    schedule: dict[str, Any] | None = None,
+    lower: Any = None,
+) -> Lowered:
+    ctx = make_ctx(op_name, inputs, attrs, schedule)
+    opdef = get_op(op_name)
+    assert opdef is not None
+    want = np.asarray(opdef.reference(ctx.sig, *inputs), np.float32)
+    low = (lower or lower_conv2d)(
+        ctx, index_epilogue if epilogue else None, in_block=in_block, out_block=out_block
+    )
+    shape = want.shape if not out_block else pack_array(want, [1], [out_block], []).shape
+    got = run_lowered(ctx, low, inputs, in_block, shape)
+    if epilogue:  # the epilogue adds the flat index of each element in out0's layout
+        flat = np.arange(got.size, dtype=np.float64).reshape(got.shape)
+        if out_block:
+            want = pack_array(want, [1], [out_block], []) + flat * SCALE
+            want = unpack_array(want, list(ctx.results[0].dims), [1], [out_block], [])
+        else:
+            want = want + flat * SCALE
+    if out_block:
+        c = ctx.results[0].dims[1]
+        tail = got[:, -1, ..., c % out_block :] if c % out_block else got[:, :0]
+        assert (tail == 0).all(), "the channel padding of a blocked output must be zeros"
+        got = unpack_array(got, list(ctx.results[0].dims), [1], [out_block], [])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{op_name} {attrs}")
+    return low
+
+
+def conv_case(n, c, o, hw, k, *, s=1, p=0, g=1, bias=True):
+    h, w = hw if isinstance(hw, tuple) else (hw, hw)
+    attrs = {"strides": [s, s], "pads": [p] * 4, "dilations": [1, 1], "groups": g}
+    return [arr(n, c, h, w), arr(o, c // g, k, k)] + ([arr(o)] if bias else []), attrs
+
+
+BLOCKS = list(itertools.product((0, 16), (0, 16)))[1:]  # (in_block, out_block), at least one blocked
+
+
+@pytest.mark.parametrize("blocks", BLOCKS, ids=lambda b: f"in{b[0]}-out{b[1]}")
+@pytest.mark.parametrize(
+    "name, case",
+    [
+        ("1x1", conv_case(1, 32, 48, 8, 1)),  # exact tiles: a blocked input is read in place
+        ("3x3-pad1", conv_case(1, 32, 32, 9, 3, p=1)),
+        ("3x3-stride2", conv_case(1, 16, 32, 11, 3, s=2, p=1, bias=False)),
+        ("1x1-stride2", conv_case(2, 16, 16, (10, 8), 1, s=2)),  # batch 2, downsample
+        ("depthwise", conv_case(1, 32, 32, 10, 3, p=1, g=32)),
+        ("grouped", conv_case(1, 32, 64, 7, 3, p=1, g=2)),
+        ("stem", conv_case(1, 3, 32, 12, 7, s=2, p=3)),  # RGB input: blocked it is padded 3 -> 16
+        ("channel-tails", conv_case(1, 20, 24, 6, 3, p=1)),  # C and O not multiples of 16
+    ],
+)
+def test_conv2d_blocked(name, case, blocks) -> None:
+    check_blocked("conv2d", *case, *blocks, epilogue=name in ("1x1", "3x3-pad1", "channel-tails"))
+
+
+def test_conv2d_blocked_input_read_in_place() -> None:
+    """1x1 and pad-0 convs whose tiles divide the output read the blocked input with no repack."""
+    for case in (
+        conv_case(1, 32, 16, 8, 1),
+        conv_case(1, 16, 16, (16, 16), 1, s=2),
+        conv_case(1, 32, 32, 10, 3, g=32),
+    ):
+        low = check_blocked("conv2d", *case, 16, 16)
+        assert low.schedule["in_place"] and low.scratch == [] and len(low.kernels) == 1
+        assert "tmp0" not in low.kernels[0].args
+    for case in (
+        conv_case(1, 16, 16, 8, 3, p=1),  # pads: repacked
+        conv_case(1, 16, 16, (14, 14), 1, s=2),
+    ):  # 7x7 output: 2x7 tiles over-read a row
+        low = check_blocked("conv2d", *case, 16, 16)
+        assert not low.schedule["in_place"] and re.search(r"repack blocked x", low.kernels[0].source)
+
+
+def test_conv2d_blocked_schedule_and_refusals() -> None:
+    ins, attrs = conv_case(1, 32, 16, 10, 3, p=1)
+    check_blocked(
+        "conv2d", ins, attrs, 16, 16, schedule={"tile_h": 2, "tile_w": 5, "cols": 8, "cin_block": 8}
+    )
+    with pytest.raises(NotLowerable, match="channel block 3"):
+        lower_conv2d(make_ctx("conv2d", ins, attrs), in_block=3)
+
+
+def pool_attrs(k, s=1, p=0, **kw):
+    return {"kernel": [k, k], "strides": [s, s], "pads": [p] * 4, **kw}
+
+
+@pytest.mark.parametrize("blocks", BLOCKS, ids=lambda b: f"in{b[0]}-out{b[1]}")
+@pytest.mark.parametrize(
+    "op, shape, attrs",
+    [
+        ("max_pool2d", (1, 32, 11, 11), pool_attrs(3, 2, 1)),  # resnet's stem pool
+        ("max_pool2d", (2, 16, 8, 8), pool_attrs(2, 2, dilations=[1, 1])),
+        ("avg_pool2d", (1, 32, 9, 9), pool_attrs(3, 1, 1)),
+        ("avg_pool2d", (1, 20, 7, 7), pool_attrs(3, 2, 1, count_include_pad=True)),  # channel tail
+        ("global_avg_pool", (1, 48, 7, 7), {}),
+        ("global_avg_pool", (2, 20, 5, 3), {}),
+        ("global_max_pool", (1, 32, 6, 6), {}),
+    ],
+)
+def test_pool_blocked(op, shape, attrs, blocks) -> None:
+    check_blocked(op, [arr(*shape)], attrs, *blocks, epilogue=True, lower=lower_pool)
+
+
+def test_pool_epilogue_nchw() -> None:
+    """The NCHW pool kernels take an epilogue too (vector and scalar stores)."""
+    check_blocked(
+        "max_pool2d", [arr(1, 4, 20, 37)], pool_attrs(3, 2, 1), 0, 0, epilogue=True, lower=lower_pool
+    )
+    check_blocked("avg_pool2d", [arr(1, 3, 9, 40)], pool_attrs(2, 1), 0, 0, epilogue=True, lower=lower_pool)
+    check_blocked("global_avg_pool", [arr(2, 3, 7, 7)], {}, 0, 0, epilogue=True, lower=lower_pool)
+
+
+def test_pool_nan_propagates_blocked() -> None:
+    x = arr(1, 16, 6, 6)
+    x[0, 3, 2, 2] = np.nan
+    check_blocked("max_pool2d", [x], pool_attrs(2, 2), 16, 16, lower=lower_pool)
