@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose")
+FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose",
+            "attention", "fused")
 _loaded = False
 
 

@@ -47,7 +47,9 @@ class Hook:
     the value (a scalar or an N-wide vector of the op's element type), `{ld.NAME}` the element(s) of the
     extra buffer NAME (listed in `args`, same shape and type as the op's input) at the same position, e.g.
     `Hook("max({x} + {ld.in1}, 0.0f)", ("in1",))` for a residual add and ReLU. Buffers in `args` become
-    kernel parameters after the op's operands, and `Kernel.args` lists them."""
+    kernel parameters after the op's operands, and `Kernel.args` lists them. `{pos}` is the flat index of
+    the element (of the first lane: lanes are consecutive elements) and `{w}` the lane count, for a hook
+    that loads broadcast operands itself (the fused template calls a helper `KERNEL_pro{w}(...)`)."""
 
     expr: str = "{x}"
     args: tuple[str, ...] = field(default_factory=tuple)
@@ -55,7 +57,7 @@ class Hook:
     def apply(self, x: str, v: V, pos: str) -> str:
         if self.expr == "{x}":
             return x
-        return self.expr.format(x=f"({x})", ld=_Loader(v, pos))
+        return self.expr.format(x=f"({x})", ld=_Loader(v, pos), pos=pos, w=v.w)
 
 
 class _Loader:

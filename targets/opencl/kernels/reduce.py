@@ -18,7 +18,9 @@ accumulate in the unsigned type of the same width), as the references do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -206,6 +208,24 @@ def counted(accs: list[Blocked], counter: str = "nadd") -> list[str]:
 
 
 # reduce_* -------------------------------------------------------------------------------------------------
+class Epilogue(Protocol):
+    """A fused elementwise epilogue on each stored output (norm.Hook is one): `apply(value, v, pos)` gives
+    the C expression stored for `value` (v.w consecutive outputs from flat index `pos`); the buffers in
+    `args` become kernel parameters before out0."""
+
+    @property
+    def args(self) -> tuple[str, ...]: ...
+
+    def apply(self, x: str, v: V, pos: str) -> str: ...
+
+
+Store = Callable[[str, V, str], str]  # (value, lanes, flat output index) -> the stored expression
+
+
+def _plain(x: str, v: V, pos: str) -> str:
+    return x
+
+
 @dataclass(frozen=True)
 class Reducer:
     kind: str  # combine: add | mul | max | min
@@ -312,10 +332,15 @@ def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
 
 
 def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
-                   device: DeviceInfo) -> Lowered:
-    """Kernels computing `op` (a REDUCERS key) of `x` over `axes` into `y` (same element type)."""
+                   device: DeviceInfo, epilogue: Epilogue | None = None) -> Lowered:
+    """Kernels computing `op` (a REDUCERS key) of `x` over `axes` into `y` (same element type), with an
+    optional fused `epilogue` on every stored output."""
     require_static(x, y)
     c = elem_ctype(x, device)
+    epi: Store = epilogue.apply if epilogue is not None else _plain
+    extra = tuple(sorted(epilogue.args)) if epilogue is not None else ()
+    if epilogue is not None and (x.numel == 0 or y.numel == 0 or not is_float(c)):
+        raise NotLowerable(f"{op}: a fused epilogue needs a non-empty float reduction")
     r = REDUCERS[op]
     if op in ("reduce_mean", "reduce_l2", "reduce_log_sum_exp") and not is_float(c):
         raise NotLowerable(f"{op} of {x.dtype}")
@@ -338,9 +363,10 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     S = plan.splits
     dst_t = a if S > 1 else c
     dst = "tmp0" if S > 1 else "out0"
-    params = [f"__global const {c}* restrict in0", f"__global {dst_t}* restrict {dst}"]
+    extra_params = [f"__global const {c}* restrict {n}" for n in extra] if S == 1 else []
+    params = [f"__global const {c}* restrict in0", *extra_params, f"__global {dst_t}* restrict {dst}"]
     gen = row_kernel if plan.row else column_kernel
-    body, items = gen(plan, r, c, a, vw, it, lse)
+    body, items = gen(plan, r, c, a, vw, it, lse, epi)
     body = [ln.replace("TYPE", c) for ln in body]
     shape = "row" if plan.row else "column"
     k = launch_1d(items)
@@ -348,6 +374,8 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
                              f"{what}: {shape} kernel, {vw}-wide", params, body)
     sched = {"kernel": shape, "vector": vw, "split": S}
     if S == 1:
+        if extra:
+            k.args = ("in0", *extra, "out0")
         return Lowered([k], schedule=sched)
     k.args = ("in0", "tmp0")
     k2 = launch_1d(plan.n_out)
@@ -356,10 +384,12 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
              f"{a} acc = tmp0[o];",
              f"for (int s = 1; s < {S}; ++s) {{",
              f"    acc = {combine(r.kind, va, 'acc', f'tmp0[s * {plan.n_out} + o]')};", "}",
-             f"out0[o] = {finish_expr(r, va, 'acc', plan.n_red, c)};"]
+             f"out0[o] = {epi(finish_expr(r, va, 'acc', plan.n_red, c), V(c, 1), 'o')};"]
     k2.source = kernel_source(f"{op}: combine {S} partial results per output",
-                              [f"__global const {a}* restrict tmp0", f"__global {c}* restrict out0"], body2)
-    k2.args = ("tmp0", "out0")
+                              [f"__global const {a}* restrict tmp0",
+                               *[f"__global const {c}* restrict {n}" for n in extra],
+                               f"__global {c}* restrict out0"], body2)
+    k2.args = ("tmp0", *extra, "out0")
     return Lowered([k, k2], scratch=[S * plan.n_out * SIZES[a]], schedule=sched)
 
 
@@ -375,8 +405,10 @@ def element(r: Reducer, c: str, a: str, v: V, load: str) -> str:
     return r.post.format(val)
 
 
-def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool) -> tuple[list[str], int]:
-    """One work-item per output (per split part): vector loop over the contiguous reduced run."""
+def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool,
+               epi: Store = _plain) -> tuple[list[str], int]:
+    """One work-item per output (per split part): vector loop over the contiguous reduced run; `epi`
+    rewrites each stored output."""
     S, n_out = plan.splits, plan.n_out
     items = n_out * S
     lines = [f"const {it} g = get_global_id(0);", f"if (g >= {items}) return;"]
@@ -428,19 +460,19 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
         lines += sweep("max", False, vload, sload, "m")
         lines.append(f"const {a} sh = isfinite(m_t) ? m_t : {flit(0.0, a)};")
         lines += sweep("add", True, f"exp({vload} - sh)", f"exp({sload} - sh)", "s")
-        lines.append("out0[o] = log(s_t) + sh;")
+        lines.append(f"out0[o] = {epi('log(s_t) + sh', V(c, 1), 'o')};")
         return lines, items
     blocked = r.kind == "add" and is_float(a)
     lines += sweep(r.kind, blocked, element(r, c, a, vv, vload), element(r, c, a, vs, sload), "acc")
     if S > 1:
         lines.append("tmp0[g] = acc_t;")
     else:
-        lines.append(f"out0[o] = {finish_expr(r, vs, 'acc_t', plan.n_red, c)};")
+        lines.append(f"out0[o] = {epi(finish_expr(r, vs, 'acc_t', plan.n_red, c), V(c, 1), 'o')};")
     return lines, items
 
 
 def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
-                  lse: bool) -> tuple[list[str], int]:
+                  lse: bool, epi: Store = _plain) -> tuple[list[str], int]:
     """One work-item per `unroll` vectors of consecutive outputs along the contiguous kept run (lanes are
     outputs): each reduced position reads `unroll` neighbouring vectors, a few whole cache lines."""
     K = plan.inner
@@ -474,7 +506,7 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
             out.append(f"const {v.t} sh = {v.pick(zero, 'm', 'isfinite(m)', 'isfinite(m)')};")
             out += s.decl() + ["int nadd = 0;"]
             out += row_loops(plan, it, s.add(f"exp({load} - sh)") + counted([s])) + s.flush()
-            out.append(v.store("log(s) + sh", "dst", off))
+            out.append(v.store(epi("log(s) + sh", V(c, w), f"q * {K} + {off}"), "dst", off))
             return out
         names = [f"acc{j}" for j in range(u)] if u > 1 else ["acc"]
         accs = [Blocked(n, v, r.kind, r.identity(a), r.kind == "add" and is_float(a)) for n in names]
@@ -485,8 +517,10 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
             step += [f"const {v.t} {vj} = {element(r, c, a, v, vc.load('p', str(j * w)))};", *acc.add(vj)]
         out += row_loops(plan, it, step + counted(accs)) + [s for acc in accs for s in acc.flush()]
         for j, acc in enumerate(accs):
-            val = acc.name if S > 1 else finish_expr(r, v, acc.name, plan.n_red, c)
-            out.append(v.store(val, "dst", f"{off} + {j * w}" if j else off))
+            at = f"{off} + {j * w}" if j else off
+            val = acc.name if S > 1 else epi(finish_expr(r, v, acc.name, plan.n_red, c), V(c, w),
+                                                  f"q * {K} + {at}")
+            out.append(v.store(val, "dst", at))
         return out
 
     if K % chunk == 0:
