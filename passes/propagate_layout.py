@@ -153,7 +153,7 @@ def _create(
 ) -> Value:
     if not after:
         return rw.create(anchor, name, [v], [t], attrs).result
-    op = Op(name, [v], [t], attrs, loc=anchor.loc)
+    op = Op(name, [v], [t], attrs, loc=anchor.loc, pos=anchor.pos)
     assert anchor.parent is not None
     anchor.parent.insert_after(anchor, op)
     rw.push(op)

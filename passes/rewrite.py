@@ -44,8 +44,9 @@ class Rewriter:
 
     def create(self, anchor: Op, name: str, operands: Iterable[Value], result_types: list[TensorType],
                attrs: dict[str, Attr] | None = None, loc: Loc | None = None) -> Op:
-        """A new op inserted before `anchor`, with `anchor`'s location unless one is given."""
-        op = Op(name, operands, result_types, attrs, loc=anchor.loc if loc is None else loc)
+        """A new op inserted before `anchor`, with `anchor`'s location unless one is given (and its source
+        position, so diagnostics and remarks about the new op point at the line it came from)."""
+        op = Op(name, operands, result_types, attrs, loc=anchor.loc if loc is None else loc, pos=anchor.pos)
         assert anchor.parent is not None
         anchor.parent.insert_before(anchor, op)
         self.push(op)

@@ -6,6 +6,7 @@ many ops' kernels as one program; broadcasting and launch-shape cases use `testi
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -15,8 +16,18 @@ from tessel.ir.ops.registry import REGISTRY, get_op
 from tessel.ir.types import TensorType
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.kernels.base import Ctx, Lowered, NotLowerable
-from tessel.targets.opencl.kernels.elementwise import RULES, expr, vectorizable
-from tessel.targets.opencl.kernels.testing import build, check_op, lower_op
+from tessel.targets.opencl.kernels.elementwise import (
+    ERF_MAX,
+    ERF_P,
+    ERF_Q,
+    PHI_TAIL_MAX,
+    PHI_TAIL_P,
+    PHI_TAIL_Q,
+    RULES,
+    expr,
+    vectorizable,
+)
+from tessel.targets.opencl.kernels.testing import build, check_op, lower_op, run_op
 
 Case = tuple[str, list[np.ndarray], dict[str, Any]]
 rng = np.random.default_rng(7)
@@ -254,6 +265,56 @@ def test_cast_edges() -> None:
     cases += [("cast", [np.array([2**24 + 1, 2**31 - 1, 7], np.uint32)], {"to": "f32"})]
     cases += [("cast", [np.array([1e40, -1e-50, 3.3], np.float64)], {"to": "f32"})]
     check_batch(cases)
+
+
+# erf and exact GELU in f32: rational approximations instead of PoCL's scalar erf/erfc -----------------------
+BIG = [1e3, -1e3, 1e20, -1e20, 3e38, -3e38, 1e-30, -1e-30, 1e-40, -1e-40, 0.0, -0.0, np.inf, -np.inf, np.nan]
+erf64 = np.vectorize(math.erf, otypes=[np.float64])
+erfc64 = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def test_erf_rationals_meet_their_bounds() -> None:
+    """The coefficients, in f64, against math.erfc / math.erf: Phi(-t) = exp(-t^2/2) P(t)/Q(t) within 2e-7
+    relative on [0, 9]; erf(z) = z P(z^2)/Q(z^2) within 3e-8 relative on (0, 4], and erf(4) is 1 in f32."""
+    t = np.linspace(0.0, PHI_TAIL_MAX, 40_001)
+    tail = np.exp(-t * t / 2) * np.polyval(PHI_TAIL_P[::-1], t) / np.polyval(PHI_TAIL_Q[::-1], t)
+    assert np.max(np.abs(tail / (0.5 * erfc64(t / math.sqrt(2))) - 1)) < 2e-7
+    z = np.linspace(1e-6, ERF_MAX, 40_001)
+    w = z * z
+    assert np.max(np.abs(z * np.polyval(ERF_P[::-1], w) / np.polyval(ERF_Q[::-1], w) / erf64(z) - 1)) < 3e-8
+    assert np.float32(math.erf(ERF_MAX)) == 1.0
+
+
+def test_gelu_f32_is_branch_free_without_erf_calls() -> None:
+    """f32 gelu and erf are vector arithmetic plus exp; f64 keeps the accurate built-ins."""
+    gelu32 = expr("gelu", _sig("gelu", "f32", approximate="none"), ["v"], width=16)
+    erf32 = expr("erf", _sig("erf", "f32"), ["v"], width=16)
+    assert "erf" not in gelu32 and "erf" not in erf32 and "if" not in gelu32
+    assert "erfc(" in expr("gelu", _sig("gelu", "f64", approximate="none"), ["v"])
+    assert expr("erf", _sig("erf", "f64"), ["v"]) == "erf(v)"
+
+
+def test_gelu_f32_accuracy() -> None:
+    """Exact gelu in f32 against 0.5 x erfc(-x / sqrt 2) in f64 over [-12, 12] (the float16 path and a
+    scalar tail), huge and subnormal |x|, +-0, inf and NaN: within 3e-7 relative + 3e-8 absolute (the
+    contract is 1e-5 / 1e-6), and x << 0 stays tiny instead of cancelling to a 1e-6 error."""
+    x = np.concatenate([np.linspace(-12.0, 12.0, 200_003), BIG]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = 0.5 * x.astype(np.float64) * erfc64(-x.astype(np.float64) / math.sqrt(2))
+    (got,), _ = run_op("gelu", [x], {"approximate": "none"})
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=3e-8)  # NaN where the reference has NaN (-inf)
+    tail = (x > -7) & (x < -4)
+    assert np.all(np.abs(got[tail] - want[tail]) <= 1e-6 * np.abs(want[tail]) + 1e-12)
+
+
+def test_erf_f32_accuracy() -> None:
+    """erf in f32 within 6 f32 ulps of math.erf, relative down to the smallest normal f32 (subnormal results
+    keep fewer bits); erf(+-inf) = +-1 and NaN stays NaN."""
+    z = np.concatenate([np.linspace(-6.0, 6.0, 200_003), BIG, [1e-5, -3e-7, 1e-20]]).astype(np.float32)
+    want = erf64(z.astype(np.float64))
+    (got,), _ = run_op("erf", [z], {})
+    np.testing.assert_allclose(got, want, rtol=4e-7, atol=2e-38)
+    check_op("erf", [z])
 
 
 # broadcasting and launch shapes --------------------------------------------------------------------------
