@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: a real model through the tools. A seeded random-weight copy of the onnx package's bundled
-# ResNet-50 is imported, optimized with -O1, lowered to OpenCL C kernels and run on the OpenCL device
+# ResNet-50 is imported, optimized with -O2, lowered to OpenCL C kernels and run on the OpenCL device
 # (PoCL on a CPU) with a per-kernel profile; the result is checked against onnxruntime on the same input.
 # Without OpenCL it runs on the numpy reference target instead. Every step is a plain shell command you
 # can rerun.
@@ -24,10 +24,16 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 echo "imported in ${ms} ms: $(ops "$OUT/$MODEL.tsl") ops; the first lines, weights elided:"
 $BIN/tessel-opt --elide-resources "$OUT/$MODEL.tsl" | head -8 | cut -c1-150
 
-step "3. tessel-opt -O1 ($($BIN/tessel-opt -O1 --print-pipeline))"
-$BIN/tessel-opt -O1 --pass-statistics "$OUT/$MODEL.tsl" -o "$OUT/$MODEL.opt.tsl" 2> "$OUT/stats.txt"
-grep -E "^'|\(S\) [1-9]" "$OUT/stats.txt" || true
-echo "ops: $(ops "$OUT/$MODEL.tsl") before, $(ops "$OUT/$MODEL.opt.tsl") after"
+step "3. tessel-opt -O2 (patterns, BN folding, NCHWc16 layout, fusion; --print-pipeline shows it)"
+$BIN/tessel-opt -O2 --pass-statistics --remarks-missed "$OUT/$MODEL.tsl" -o "$OUT/$MODEL.opt.tsl" \
+  2> "$OUT/stats.txt"
+awk "/^'(fold-batchnorm|propagate-layout|fuse)'/{p=1; print; next} /^'/{p=0} p && /\(S\) [1-9]/" "$OUT/stats.txt"
+k0=$($BIN/tessel-opt --print-analysis=traffic "$OUT/$MODEL.tsl" | tail -1)
+k2=$($BIN/tessel-opt --print-analysis=traffic "$OUT/$MODEL.opt.tsl" | tail -1)
+echo "kernels and bytes they move, before: ${k0#*total }"
+echo "                             after:  ${k2#*total }"
+echo "why the rest did not fuse (tessel-opt --remarks-missed), the first three:"
+grep "remark: \[fuse\] missed" "$OUT/stats.txt" | head -3 | sed 's/^[^ ]* //' | cut -c1-150
 
 if $BIN/tessel-run --list-devices > "$OUT/devices.txt" 2>&1; then
   step "4. tessel-codegen --target=opencl $MODEL.opt.tsl -o $MODEL.cl.tsl"

@@ -24,7 +24,7 @@ from ...ir.core import Block, Func, Module, Op, Region, Value
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
-from ...passes.analysis import op_cost
+from ...passes.analysis import op_cost, region_ops
 from ...passes.liveness import plan_buffers
 from .device import preamble
 from .kernels import load_all
@@ -245,10 +245,13 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     inner = body.append(Op(op.name, args, op.result_types, dict(op.attrs), regions, loc=op.loc, pos=op.pos))
     body.append(Op("yield", inner.results))
     kernels: list[dict[str, Any]] = []
+    label = op.name
+    if op.name == "kernel":  # name a fused kernel by its ops: k7_conv2d_add_relu
+        label = "_".join(o.name for o in region_ops(inner) if o.name not in ("const", "pack", "unpack"))[:40]
     default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]
     for k in low.kernels:
         entry: dict[str, Any] = {
-            "name": st.kernel_name(k.source, op.name),
+            "name": st.kernel_name(k.source, label),
             "global": list(k.global_size),
             "local": list(k.local_size or []),
             "args": list(k.args or default_args),

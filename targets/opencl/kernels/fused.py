@@ -280,8 +280,10 @@ def lower_elementwise(ctx: Ctx, rg: Region) -> Lowered:
     cpr = -(-L // chunk)
     items = rows * cpr
     idx = index_type(*ctx.operands, *ctx.results)
-    params = [f"__global const {ctype(t)}* restrict in{i}" for i, t in enumerate(ctx.operands)]
-    params += [f"__global {ctype(t)}* restrict out{j}" for j, t in enumerate(ctx.results)]
+    # no `restrict`: the memory plan may write the result in place over a full-shape operand that dies
+    # here (lower.launch_in_place); each element is read before it is written, by the same work-item
+    params = [f"__global const {ctype(t)}* in{i}" for i, t in enumerate(ctx.operands)]
+    params += [f"__global {ctype(t)}* out{j}" for j, t in enumerate(ctx.results)]
     what = ", ".join(op.name for op in rg.ops) or "copy"
     how = f"{vt(out, width)} vectors" if width > 1 else f"a loop of {chunk}"
     head = [
