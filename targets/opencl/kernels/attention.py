@@ -5,15 +5,19 @@ k is packed first (`PackSpec`: [..., Sk, D] -> [..., ceil(Sk/P), D, P], P the ve
 with zeros), so P consecutive keys' elements at one head-dim index are one vector load. One work-item owns
 R query rows of one (batch, head) and walks the keys in chunks of T (a multiple of P), flash-attention
 style:
-1. scores: for each panel of P keys, R vector accumulators (one per row, lanes = keys) gather
+1. scores: for each panel of P keys (two panels at once for R <= 8: 2R accumulators hide the FMA
+   latency and halve q's broadcast loads), R vector accumulators (one per row, lanes = keys) gather
    q[row, d] * k[keys, d] over d, the GEMM micro-kernel of gemm.py with q's scalars broadcast; scaled and
-   stored in a private [R, T] array;
+   stored in a private [R, T] array, a union of P-wide vectors and scalars: whole vectors are stored and
+   reloaded as such (PoCL splits vstoreN into 16-byte pieces, and a wide load of pieces stalls on store
+   forwarding);
 2. softmax: per row, the mask is added (a vector load when it varies along the keys), the chunk max taken,
    exp(s - max) written back and summed, all P lanes wide with a scalar tail; with several chunks the
    running max and sum are corrected by exp(old max - new max), as are the output accumulators;
-3. output: for each P-wide (then 8-, 4-, 2-, 1-wide) column slice of v, R accumulators gather
-   p[row, key] * v[key, slice] over the chunk's keys; with one chunk they are divided by the row sum and
-   written straight to the result, otherwise kept in a private [R, Dv] array until the last chunk.
+3. output: for each P-wide (then 8-, 4-, 2-, 1-wide) column slice of v (two P-wide slices at once for
+   R <= 8), R accumulators gather p[row, key] * v[key, slice] over the chunk's keys; with one chunk they are
+   scaled by the reciprocal of the row sum and written straight to the result, otherwise kept in a private
+   [R, Dv] array until the last chunk.
 Batch (and head) dims broadcast between q, k, v and the mask with zero strides. The schedule keys `rows`
 (R) and `chunk` (T) override the defaults (8 rows, keys up to 512 per chunk).
 """
@@ -55,6 +59,18 @@ def _slices(n: int, p: int) -> list[tuple[int, int]]:
             w //= 2
         out.append((c, w))
         c += w
+    return out
+
+
+def _slice_groups(n: int, p: int, pair: int) -> list[list[tuple[int, int]]]:
+    """`_slices(n, p)` grouped for one pass over the keys: up to `pair` full-width slices together, the
+    narrower tail slices alone."""
+    out: list[list[tuple[int, int]]] = []
+    for sl in _slices(n, p):
+        if out and sl[1] == p and out[-1][0][1] == p and len(out[-1]) < pair:
+            out[-1].append(sl)
+        else:
+            out.append([sl])
     return out
 
 
@@ -125,7 +141,12 @@ def attention_template(ctx: Ctx) -> Lowered:
         f"__global {c}* ob = out0 + bh * {sq * dv};",
     ]
     body += [f"const __global {c}* q{r} = qb + min(i0 + {r}, {sq - 1}) * {d};" for r in range(rows)]
-    body += [f"{c} s[{rows * chunk}];", f"{c} mrow[{rows}];", f"{c} lrow[{rows}];"]
+    cv = chunk // p  # vectors per row of the private scores
+    body += [
+        f"union {{ {vp.t} v[{rows * cv}]; {c} f[{rows * chunk}]; }} s;",
+        f"{c} mrow[{rows}];",
+        f"{c} lrow[{rows}];",
+    ]
     if not single:
         body += [
             f"{c} crow[{rows}];",
@@ -138,16 +159,34 @@ def attention_template(ctx: Ctx) -> Lowered:
     loop: list[str] = [f"const int tn = min({chunk}, {sk} - j0);"]
     # 1. scores, P keys per panel
     zero = vp.splat(flit(0.0, c))
-    panel = [
-        f"const __global {c}* kk = kp + (j0 / {p} + pj) * {d * p};",
-        *[f"{vp.t} a{r} = {zero};" for r in range(rows)],
-        f"for (int dd = 0; dd < {d}; ++dd) {{",
-        f"    const {vp.t} kv = vload{p}(dd, kk);",
-        *[f"    a{r} = fma(({vp.t})(q{r}[dd]), kv, a{r});" for r in range(rows)],
-        "}",
-        *[f"vstore{p}(a{r} * {scale}, 0, s + {r * chunk} + pj * {p});" for r in range(rows)],
-    ]
-    loop += [f"for (int pj = 0; pj < (tn + {p - 1}) / {p}; ++pj) {{", *indent(panel), "}"]
+
+    def panels(n: int) -> list[str]:
+        """n (1 or 2) adjacent panels: R accumulators each, q's scalars loaded once for all."""
+        acc = [[f"a{r}" if i == 0 else f"a{r}_{i}" for i in range(n)] for r in range(rows)]
+        lines = [f"const __global {c}* kk = kp + (j0 / {p} + pj) * {d * p};"]
+        lines += [f"{vp.t} {a} = {zero};" for row in acc for a in row]
+        lines.append(f"for (int dd = 0; dd < {d}; ++dd) {{")
+        lines += [f"    const {vp.t} kv{i} = {vload(f'dd + {i * d}', 'kk')};" for i in range(n)]
+        for r in range(rows):
+            lines.append(
+                f"    {{ const {vp.t} qv = ({vp.t})(q{r}[dd]); "
+                + " ".join(f"{a} = fma(qv, kv{i}, {a});" for i, a in enumerate(acc[r]))
+                + " }"
+            )
+        lines.append("}")
+        lines += [
+            f"s.v[{r * cv} + pj + {i}] = {a} * {scale};" for r in range(rows) for i, a in enumerate(acc[r])
+        ]
+        return lines
+
+    def vload(off: str, ptr: str) -> str:
+        return f"{ptr}[{off}]" if p == 1 else f"vload{p}({off}, {ptr})"
+
+    npj = f"(tn + {p - 1}) / {p}"
+    loop.append("int pj = 0;")
+    if rows <= 8:
+        loop += [f"for (; pj + 1 < {npj}; pj += 2) {{", *indent(panels(2)), "}"]
+    loop += [f"for (; pj < {npj}; ++pj) {{", *indent(panels(1)), "}"]
 
     # 2. mask, max, exp and sum per row
     def mask_add(w: V, t: str) -> str:
@@ -157,15 +196,15 @@ def attention_template(ctx: Ctx) -> Lowered:
             return f" + {w.load('mr', t)}"
         return f" + {w.splat('mr[0]')}"
 
-    row = [f"__private {c}* sr = s + r * {chunk};"]
+    row = [f"__private {c}* sr = s.f + r * {chunk};", f"__private {vp.t}* sv_r = s.v + r * {cv};"]
     if has_mask:
         row.append(f"const __global {c}* mr = mb + min(i0 + r, {sq - 1}) * {ms_row} + j0 * {ms_key};")
     row += [
         f"{vp.t} mxv = {vp.splat('-INFINITY')};",
         "int t = 0;",
         f"for (; t + {p} <= tn; t += {p}) {{",
-        f"    const {vp.t} x = {vp.load('sr', 't')}{mask_add(vp, 't')};",
-        f"    {vp.store('x', 'sr', 't')}",
+        f"    const {vp.t} x = sv_r[t / {p}]{mask_add(vp, 't')};",
+        f"    sv_r[t / {p}] = x;",
         "    mxv = fmax(mxv, x);",
         "}",
         *fold_lanes("max", vp, "mxv"),
@@ -179,8 +218,8 @@ def attention_template(ctx: Ctx) -> Lowered:
         f"{vp.t} sv = {zero};",
         "t = 0;",
         f"for (; t + {p} <= tn; t += {p}) {{",
-        f"    const {vp.t} e = exp({vp.load('sr', 't')} - mnew);",
-        f"    {vp.store('e', 'sr', 't')}",
+        f"    const {vp.t} e = exp(sv_r[t / {p}] - mnew);",
+        f"    sv_r[t / {p}] = e;",
         "    sv += e;",
         "}",
         *fold_lanes("add", vp, "sv"),
@@ -202,29 +241,41 @@ def attention_template(ctx: Ctx) -> Lowered:
     row.append("mrow[r] = mnew;")
     loop += [f"for (int r = 0; r < {rows}; ++r) {{", *indent(row), "}"]
 
-    # 3. probabilities times v, one column slice at a time
-    for c0, w in _slices(dv, p):
-        vw = V(c, w)
+    # 3. probabilities times v, one column slice (or two) at a time
+    if single:
+        loop.append(f"{c} inv[{rows}];")
+        loop.append(f"for (int r = 0; r < {rows}; ++r) inv[r] = {flit(1.0, c)} / lrow[r];")
+    for group in _slice_groups(dv, p, 2 if rows <= 8 else 1):
+        vw = V(c, group[0][1])
+        names = [[f"b{r}" if i == 0 else f"b{r}_{i}" for i in range(len(group))] for r in range(rows)]
         if single:
-            init = [f"{vw.t} b{r} = {vw.splat(flit(0.0, c))};" for r in range(rows)]
+            init = [f"{vw.t} {b} = {vw.splat(flit(0.0, c))};" for row in names for b in row]
         else:
             init = [
-                f"{vw.t} b{r} = {vw.load('o', str(r * dv + c0))} * {vw.splat(f'crow[{r}]')};"
-                for r in range(rows)
+                f"{vw.t} {b} = {vw.load('o', str(r * dv + c0))} * {vw.splat(f'crow[{r}]')};"
+                for r, row in enumerate(names)
+                for b, (c0, _) in zip(row, group, strict=True)
             ]
-        acc = [
-            "for (int t = 0; t < tn; ++t) {",
-            f"    const {vw.t} vv = {vw.load('vb', f'(j0 + t) * {dv} + {c0}')};",
-            *[f"    b{r} = fma({vw.splat(f's[{r * chunk} + t]')}, vv, b{r});" for r in range(rows)],
-            "}",
+        acc = ["for (int t = 0; t < tn; ++t) {"]
+        acc += [
+            f"    const {vw.t} vv{i} = {vw.load('vb', f'(j0 + t) * {dv} + {c0}')};"
+            for i, (c0, _) in enumerate(group)
         ]
-        if single:
-            done = []
-            for r in range(rows):
-                val = f"b{r} / {vw.splat(f'lrow[{r}]')}"
-                done.append(f"if (i0 + {r} < {sq}) {vw.store(val, 'ob', f'(i0 + {r}) * {dv} + {c0}')}")
-        else:
-            done = [vw.store(f"b{r}", "o", str(r * dv + c0)) for r in range(rows)]
+        for r, row in enumerate(names):
+            acc.append(
+                f"    {{ const {vw.t} pr = {vw.splat(f's.f[{r * chunk} + t]')}; "
+                + " ".join(f"{b} = fma(pr, vv{i}, {b});" for i, b in enumerate(row))
+                + " }"
+            )
+        acc.append("}")
+        done = []
+        for r, row in enumerate(names):
+            for b, (c0, _) in zip(row, group, strict=True):
+                if single:
+                    st = vw.store(f"{b} * {vw.splat(f'inv[{r}]')}", "ob", f"(i0 + {r}) * {dv} + {c0}")
+                    done.append(f"if (i0 + {r} < {sq}) {st}")
+                else:
+                    done.append(vw.store(b, "o", str(r * dv + c0)))
         loop += ["{", *indent(init + acc + done), "}"]
     body += [f"for (int j0 = 0; j0 < {sk}; j0 += {chunk}) {{", *indent(loop), "}"]
     if not single:
