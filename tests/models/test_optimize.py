@@ -57,4 +57,5 @@ def test_optimized_model_matches_O0_with_fewer_kernels_than_onnxruntime(path: Pa
             np.testing.assert_allclose(g, b, rtol=1e-3, atol=1e-4, err_msg=f"-O{level} output {i}")
     name = path.stem.removeprefix("light_")
     kernels = kernel_count(optimized_module(model, 2, path.name))
-    assert kernels <= ORT_NODES[name], f"{name}: {kernels} kernels after -O2, onnxruntime has {ORT_NODES[name]}"
+    ort = ORT_NODES[name]
+    assert kernels <= ort, f"{name}: {kernels} kernels after -O2, onnxruntime has {ort}"
