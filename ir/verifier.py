@@ -131,7 +131,8 @@ class Verifier:
             return f"needs one block in its region, got {len(blocks)}"
         b = blocks[0]
         if [a.type for a in b.args] != list(op.operand_types):
-            return "region arguments (" + ", ".join(str(a.type) for a in b.args) + ") do not match the operands"
+            args = ", ".join(str(a.type) for a in b.args)
+            return f"region arguments ({args}) do not match the operands"
         if not b.ops or b.ops[-1].name != "yield":
             return "region must end with 'yield'"
         got = [v.type for v in b.ops[-1].operands]
