@@ -7,14 +7,25 @@ one `attention` op.
     y = matmul(softmax(s, last axis), v)      -> attention(q, k, v, mask?) {scale = c | 1 / c}
 
 The transpose of k is absorbed: when kt is `transpose(x, p)`, k is x transposed by p with its last two
-entries swapped (x itself when that is the identity, as for the transpose BERT-style exports apply to
-[B, S, H, D] keys); otherwise k is `transpose(kt)` made here. q, kt and v must have rank >= 2 (matmul's
-1-D promotion is not attention). It refuses, with a `pattern` remark,
-- `reduction-axis`: the softmax is not along the last axis;
-- `not-constant`: the scale is not a splat constant (or the divisor is zero);
-- `multi-use`: the scores, the scaled or masked scores or the probabilities have users outside the
-  pattern (e.g. a model that also returns its attention weights), so replacing it would recompute them;
-- `shape-mismatch`: the mask broadcasts the scores to a larger shape.
+entries swapped (x itself when that is the identity); otherwise k is `transpose(kt)` made here. q, kt and v
+must have rank >= 2 (matmul's 1-D promotion is not attention).
+
+Then the operand layout is chosen. Exporters reshape each linear layer's [B, S, H*D] output to heads
+[B, S, H, D] and transpose it to [B, H, S, D] (k straight to [B, H, D, S]), and transpose the result back;
+`attention {layout = "bshd"}` reads and writes the [B, S, H, D] tensors in place, so those transposes
+(kernel launches that only move data) go. The pass counts, for each layout, the transposes the op's
+operands and result still need (an existing single-use transpose giving exactly the operand, or one it
+would have to make) and takes bshd when it needs fewer: "bhsd" (q, k, v already [B, H, S, D]) stays as is.
+bshd needs q, k and v of rank >= 3.
+
+It refuses, with a remark,
+- `reduction-axis` (pattern): the softmax is not along the last axis;
+- `not-constant` (pattern): the scale is not a splat constant (or the divisor is zero);
+- `multi-use` (pattern): the scores, the scaled or masked scores or the probabilities have users outside
+  the pattern (e.g. a model that also returns its attention weights), so replacing it would recompute them;
+- `shape-mismatch` (pattern): the mask broadcasts the scores to a larger shape;
+- `layout-mismatch` (layout, the op is still made, in bhsd): some operands or the result come in or go out
+  as [B, S, H, D] but the others would need more new transposes than bshd would absorb.
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ class RecognizeAttention(Pass):
     STATISTICS = {
         "num-recognized": "Number of attention chains replaced by one attention op",
         "num-refused": "Number of attention chains left alone (axis, scale, multi-use, shapes)",
+        "num-bshd": "Number of attention ops made in the bshd layout",
+        "num-transposes-absorbed": "Number of transposes of q, k, v or the result the bshd layout removed",
     }
 
     def run(self, module: Module, ctx: PassContext) -> None:
@@ -129,8 +142,16 @@ class RecognizeAttention(Pass):
                     f"the {what} broadcasts the scores {qk.result.type} to {grown.result.type}",
                 )
                 return False
-            operands = [q, _untransposed(kt, op, rw), v, *([mask] if mask is not None else [])]
+            plan = _plan_layout(q, kt, v, op)
+            if plan.missed:
+                ctx.remark_missed("layout", "layout-mismatch", ops, plan.missed)
+            srcs = [_materialize(need, op, rw) for need in plan.needs]
+            operands = [*srcs, *([mask] if mask is not None else [])]
             attrs: dict[str, Attr] = {"scale": scale}
+            want = op.result.type
+            if plan.layout == "bshd":
+                attrs["layout"] = "bshd"
+                want = TensorType(_permuted(want.shape, _swap_seq_heads(want.rank)), want.dtype)
             opdef = get_op("attention")
             assert opdef is not None
             try:
@@ -138,19 +159,32 @@ class RecognizeAttention(Pass):
             except OpError as e:
                 refuse(op, "shape-mismatch", ops, str(e))
                 return False
-            if types != [op.result.type]:
-                refuse(op, "shape-mismatch", ops, f"attention would give {types[0]}, not {op.result.type}")
+            if types != [want]:
+                refuse(op, "shape-mismatch", ops, f"attention would give {types[0]}, not {want}")
                 return False
-            new = rw.create(
-                op, "attention", operands, [op.result.type], attrs, loc=fuse_locs(*(o.loc for o in ops))
-            )
-            rw.replace_op(op, [new.result])
+            absorbed = [*plan.absorbed, *([plan.out] if plan.out is not None else [])]
+            fused = [*plan.absorbed, *ops, *([plan.out] if plan.out is not None else [])]
+            new = rw.create(op, "attention", operands, types, attrs, loc=fuse_locs(*(o.loc for o in fused)))
+            if plan.layout == "bhsd":
+                rw.replace_op(op, [new.result])
+            elif plan.out is not None:
+                rw.replace_op(plan.out, [new.result])
+                rw.erase_op(op)
+            else:  # the users want [B, H, S, D]: transpose the result back
+                back = rw.create(
+                    op, "transpose", [new.result], [op.result.type], {"perm": _swap_seq_heads(want.rank)}
+                )
+                rw.replace_op(op, [back.result])
             self.stat("num-recognized")
+            if plan.layout == "bshd":
+                self.stat("num-bshd")
+                self.stat("num-transposes-absorbed", len(absorbed))
+            how = f", layout bshd ({len(absorbed)} transposes absorbed)" if plan.layout == "bshd" else ""
             ctx.remark_passed(
                 "pattern",
                 "recognized",
-                ops,
-                f"{len(ops)} ops -> 'attention'{' with a mask' if mask is not None else ''}",
+                fused,
+                f"{len(ops)} ops -> 'attention'{' with a mask' if mask is not None else ''}{how}",
             )
             return True
 
@@ -173,25 +207,114 @@ def _next(chain: list[Op], op: Op) -> Op:
     return chain[chain.index(op) - 1]
 
 
-def _untransposed(kt: Value, anchor: Op, rw: Rewriter) -> Value:
-    """k such that kt = k with its last two dims swapped, reusing the transpose that made kt if any."""
+def _swap_seq_heads(rank: int) -> list[int]:
+    """The permutation swapping dims -3 and -2 (sequence and heads)."""
+    return [*range(rank - 3), rank - 2, rank - 3, rank - 1]
+
+
+def _permuted(shape: tuple[int | None, ...], perm: list[int]) -> tuple[int | None, ...]:
+    return tuple(shape[i] for i in perm)
+
+
+def _perm(t: Op) -> list[int]:
+    return [int(i) for i in t.attrs["perm"]]  # type: ignore[union-attr]
+
+
+def _as_transpose(x: Value) -> tuple[Value, list[int], Op | None]:
+    """(src, perm, t) with x = transpose(src, perm) made by op t, or (x, identity, None)."""
+    t = _producer(x, "transpose")
+    if t is None:
+        return x, list(range(x.type.rank)), None
+    return t.operands[0], _perm(t), t
+
+
+@dataclass
+class _Need:
+    """An operand as the op will read it: src transposed by perm (identity: src itself), reusing `reuse`
+    (an existing transpose giving exactly that) when set."""
+
+    src: Value
+    perm: list[int]
+    reuse: Op | None
+    loc_of: Op | None  # the transpose whose location a new one takes
+
+
+@dataclass
+class _Plan:
+    layout: str
+    needs: list[_Need]  # q, k, v
+    absorbed: list[Op]  # single-use transposes of the operands that the chosen layout makes dead
+    out: Op | None  # the result's transpose replaced by the op (bshd)
+    missed: str = ""  # the layout-mismatch remark, when bshd was possible in part but not chosen
+
+
+def _plan_layout(q: Value, kt: Value, v: Value, anchor: Op) -> _Plan:
+    """Pick bhsd or bshd by the transposes each needs (see the module docstring)."""
     rank = kt.type.rank
-    swap = [*range(rank - 2), rank - 1, rank - 2]
-    src, perm = kt, swap
-    t = _producer(kt, "transpose")
-    if t is not None:
-        p = [int(i) for i in t.attrs["perm"]]  # type: ignore[union-attr]
-        src, perm = t.operands[0], [p[i] for i in swap]
-    if perm == list(range(rank)):
-        return src
-    dims = tuple(src.type.shape[i] for i in perm)
+    # k in bhsd is kt with its last two dims swapped: compose with kt's own transpose, if any
+    k_src, k_perm, k_t = _as_transpose(kt)
+    last2 = [*range(rank - 2), rank - 1, rank - 2]
+    k_perm = [k_perm[i] for i in last2]
+    views = [_as_transpose(q), (k_src, k_perm, k_t), _as_transpose(v)]
+    is_k = [False, True, False]
+
+    def needs(layout: str) -> tuple[list[_Need], int, list[Op]]:
+        """Each operand's need in `layout`, the transposes still run for them, those that die."""
+        out: list[_Need] = []
+        cost, dead = 0, []
+        for (src, perm, t), k in zip(views, is_k, strict=True):
+            if layout == "bshd":
+                perm = [perm[i] for i in _swap_seq_heads(len(perm))]
+            single = t is not None and len(t.result.uses) == 1
+            if perm == list(range(len(perm))):  # the operand is src itself: its transpose dies
+                out.append(_Need(src, perm, None, None))
+                dead += [t] if t is not None and single else []
+            elif t is not None and not k and _perm(t) == perm:  # q or v as they come
+                out.append(_Need(src, perm, t, t))
+                cost += single
+            else:  # a new transpose (k's replaces kt's, which dies)
+                out.append(_Need(src, perm, None, t if k else anchor))
+                cost += 1
+                dead += [t] if t is not None and k and single else []
+        return out, cost, dead
+
+    bhsd, cost_bhsd, _ = needs("bhsd")
+    users = [u for u, _ in anchor.result.uses]
+    out_t = users[0] if len(users) == 1 and users[0].name == "transpose" else None
+    r = anchor.result.type.rank
+    if out_t is not None and _perm(out_t) != _swap_seq_heads(r):
+        out_t = None
+    plan = _Plan("bhsd", bhsd, [], None)
+    if min(q.type.rank, rank, v.type.rank, r) < 3:
+        return plan
+    bshd, cost_bshd, dead = needs("bshd")
+    cost_bhsd += out_t is not None
+    cost_bshd += out_t is None
+    if cost_bshd < cost_bhsd:
+        return _Plan("bshd", bshd, dead, out_t)
+    free = sum(
+        n.perm == list(range(len(n.perm))) and b.perm != n.perm for n, b in zip(bshd, bhsd, strict=True)
+    )
+    free += out_t is not None
+    if free:
+        plan.missed = (
+            f"kept layout bhsd: bshd would absorb {free} transpose{'s' if free > 1 else ''} of the operands "
+            f"or result but need {cost_bshd} (bhsd needs {cost_bhsd})"
+        )
+    return plan
+
+
+def _materialize(need: _Need, anchor: Op, rw: Rewriter) -> Value:
+    """The value an operand plan asks for: src, an existing transpose, or a new transpose of src."""
+    if need.perm == list(range(len(need.perm))):
+        return need.src
+    if need.reuse is not None:
+        return need.reuse.result
+    src = need.src
+    dims = _permuted(src.type.shape, need.perm)
+    loc = need.loc_of.loc if need.loc_of is not None else anchor.loc
     new = rw.create(
-        anchor,
-        "transpose",
-        [src],
-        [TensorType(dims, src.type.dtype)],
-        {"perm": perm},
-        loc=t.loc if t is not None else anchor.loc,
+        anchor, "transpose", [src], [TensorType(dims, src.type.dtype)], {"perm": need.perm}, loc=loc
     )
     return new.result
 

@@ -3,11 +3,18 @@ matmul-scale-mask-softmax-matmul chain into.
 
     attention(q, k, v, mask?) {scale} = softmax(q @ k^T * scale + mask, last axis) @ v
 
-q is [..., Sq, D], k [..., Sk, D] (not transposed: the op contracts the last dims of q and k), v
-[..., Sk, Dv]; the leading (batch, head) dims broadcast as in `matmul`. The optional mask is additive (0
-where a key is visible, a large negative number or -inf where it is not) and broadcasts to the scores
-[..., Sq, Sk]; the result is [..., Sq, Dv]. The reference computes in the operands' type (f16/bf16 through
-f32) with the row max subtracted before the exponential, as `softmax` does.
+With `layout = "bhsd"` (the default) q is [..., Sq, D], k [..., Sk, D] (not transposed: the op contracts
+the last dims of q and k), v [..., Sk, Dv]; the leading (batch, head) dims broadcast as in `matmul`. The
+optional mask is additive (0 where a key is visible, a large negative number or -inf where it is not) and
+broadcasts to the scores [..., Sq, Sk]; the result is [..., Sq, Dv].
+
+With `layout = "bshd"` q, k, v and the result keep the sequence dim before the head dim, as a linear layer
+reshaped to heads gives them ([B, S, H, D], before the transposes exporters insert): q [..., Sq, H, D], k
+[..., Sk, H, D], v [..., Sk, H, Dv] -> [..., Sq, H, Dv]. It is the bhsd op on q, k, v with dims -3 and -2
+swapped, the result swapped back; the mask still broadcasts to the scores [..., H, Sq, Sk].
+
+The reference computes in the operands' type (f16/bf16 through f32) with the row max subtracted before the
+exponential, as `softmax` does.
 """
 
 from __future__ import annotations
@@ -30,21 +37,34 @@ def _agree(a: Dim, b: Dim) -> bool:
     return a is None or b is None or a == b
 
 
+LAYOUTS = ("bhsd", "bshd")
+
+
+def heads_first(shape: tuple[Dim, ...], layout: str) -> tuple[Dim, ...]:
+    """An operand's (or the result's) shape as the bhsd form sees it: dims -3 and -2 swapped for bshd."""
+    if layout == "bhsd":
+        return shape
+    return (*shape[:-3], shape[-2], shape[-3], shape[-1])
+
+
 def _parts(sig: Sig) -> tuple[tuple[Dim, ...], Dim, Dim, Dim, Dim]:
-    """(batch shape, Sq, Sk, D, Dv), checking the operands fit together."""
-    q, k, v = sig.operands[:3]
-    for t, what in ((q, "q"), (k, "k"), (v, "v")):
+    """(batch shape, Sq, Sk, D, Dv) of the bhsd form, checking the operands fit together."""
+    layout = sig["layout"]
+    low = 2 if layout == "bhsd" else 3
+    form = "[..., seq, dim]" if layout == "bhsd" else "[..., seq, heads, dim]"
+    for t, what in zip(sig.operands[:3], ("q", "k", "v"), strict=True):
         check(t.is_float, f"{what} must be a float tensor, got {t}")
-        check(t.rank >= 2, f"{what} must have rank >= 2 ([..., seq, dim]), got {t}")
+        check(t.rank >= low, f"{what} must have rank >= {low} ({form} in layout {layout}), got {t}")
     for t, what in zip(sig.operands[1:], ("k", "v", "mask"), strict=False):
-        check(t.dtype == q.dtype, f"{what} element type {t.dtype} differs from q's {q.dtype}")
-    check(_agree(q.shape[-1], k.shape[-1]), f"q and k head dims differ: {_fmt(q.shape)} vs {_fmt(k.shape)}")
-    check(
-        _agree(k.shape[-2], v.shape[-2]),
-        f"k and v sequence lengths differ: {_fmt(k.shape)} vs {_fmt(v.shape)}",
-    )
-    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    sq, sk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+        check(
+            t.dtype == sig.operands[0].dtype,
+            f"{what} element type {t.dtype} differs from q's {sig.operands[0].dtype}",
+        )
+    q, k, v = (heads_first(t.shape, layout) for t in sig.operands[:3])
+    check(_agree(q[-1], k[-1]), f"q and k head dims differ: {_fmt(q)} vs {_fmt(k)}")
+    check(_agree(k[-2], v[-2]), f"k and v sequence lengths differ: {_fmt(k)} vs {_fmt(v)}")
+    batch = broadcast_shapes(q[:-2], k[:-2], v[:-2])
+    sq, sk, d, dv = q[-2], k[-2], q[-1], v[-1]
     if len(sig.operands) > 3:
         m = sig.operands[3]
         scores = (*batch, sq, sk)
@@ -57,7 +77,7 @@ def _parts(sig: Sig) -> tuple[tuple[Dim, ...], Dim, Dim, Dim, Dim]:
 
 def _infer(sig: Sig) -> list[TensorType]:
     batch, sq, _, _, dv = _parts(sig)
-    return [TensorType((*batch, sq, dv), sig.operands[0].dtype)]
+    return [TensorType(heads_first((*batch, sq, dv), sig["layout"]), sig.operands[0].dtype)]
 
 
 def _verify(sig: Sig) -> None:
@@ -69,14 +89,18 @@ def _reference(
 ) -> np.ndarray:
     want = sig.results[0].np_dtype if sig.results else q.dtype
     narrow = q.dtype.name in ("float16", "bfloat16")
+    bshd = sig["layout"] == "bshd"
     q, k, v = ((x.astype(np.float32) if narrow else x) for x in (q, k, v))
+    if bshd:
+        q, k, v = (np.swapaxes(x, -3, -2) for x in (q, k, v))
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * s_type(q)(sig["scale"])
     if mask is not None:
         s = s + (mask.astype(np.float32) if narrow else mask)
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         p = e / e.sum(axis=-1, keepdims=True)
-    return np.ascontiguousarray(np.matmul(p, v)).astype(want, copy=False)
+    y = np.matmul(p, v)
+    return np.ascontiguousarray(np.swapaxes(y, -3, -2) if bshd else y).astype(want, copy=False)
 
 
 def s_type(x: np.ndarray) -> type:
@@ -98,11 +122,13 @@ register(
         infer=_infer,
         verify=_verify,
         reference=_reference,
-        attrs={"scale": attr("float", 1.0)},
+        attrs={"scale": attr("float", 1.0), "layout": attr("str", "bhsd", allowed=LAYOUTS)},
         traits=frozenset({"pure"}),
         cost=_cost,
         doc="Scaled dot-product attention softmax(q @ k^T * scale + mask) @ v over the last two dims: q "
         "[..., Sq, D], k [..., Sk, D] (not transposed), v [..., Sk, Dv], an optional additive mask "
-        "broadcast to [..., Sq, Sk]; leading dims broadcast. Made by recognize-attention.",
+        'broadcast to [..., Sq, Sk]; leading dims broadcast. `layout = "bshd"`: q, k, v and the result '
+        "are [..., S, H, D] (sequence before heads, as a linear layer reshaped to heads gives them), the "
+        "mask still broadcasts to [..., H, Sq, Sk]. Made by recognize-attention.",
     )
 )

@@ -7,6 +7,8 @@ OpenCL (the attention template included), on the device.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -82,11 +84,19 @@ def test_patterns_are_recognized(encoder: onnx.ModelProto) -> None:
     assert len(recognized_remarks) == 4 * LAYERS
     assert not [r for r in pm.ctx.remarks if r.kind == "missed"]
     stats = {p.NAME: p.stats for p in pm.passes}
-    assert stats["recognize-attention"] == {"num-recognized": LAYERS}
-    # the attention keeps the ONNX names of the ops it replaced
+    # q, k, v and the result stay [B, S, H, D]: the 4 transposes of each layer are absorbed
+    assert stats["recognize-attention"] == {
+        "num-recognized": LAYERS,
+        "num-bshd": LAYERS,
+        "num-transposes-absorbed": 4 * LAYERS,
+    }
+    assert "transpose" not in counts
+    # the attention keeps the ONNX names of the ops it replaced, the absorbed transposes included
     att = next(op for op in module.walk() if op.name == "attention")
     assert "onnx:/encoder/layer.0/attention/self/Softmax_0" in att.loc
+    assert "onnx:/encoder/layer.0/attention/self/key/Transpose_1" in att.loc
     assert att.attrs["scale"] == pytest.approx(1 / np.sqrt(32))
+    assert att.attrs["layout"] == "bshd" and att.result.type.dims == (1, 64, 4, 32)
 
 
 def test_recognized_encoder_matches_onnxruntime(encoder: onnx.ModelProto, expected: list[np.ndarray]) -> None:
@@ -113,6 +123,11 @@ def test_recognized_encoder_on_opencl_matches_onnxruntime(
     lower_module(module, dev.device_info(device))
     launches = [op for op in module.funcs[0].block.ops if op.name == "cl.launch"]
     assert any(op.regions[0].blocks[0].ops[-2].name == "attention" for op in launches)
+    # no data movement of its own around the attention: no transpose, no pack of k (made in local
+    # memory), no packing kernel in front of a matmul (its 64-row activations are read as they are)
+    bodies = [op.regions[0].blocks[0].ops[-2].name for op in launches]
+    assert "transpose" not in bodies and "pack" not in bodies
+    assert all(len(op.attrs["kernels"]) == 1 for op in launches)
     exe = Executable(module, module.funcs[0], device)
     got = exe.run(feeds_in_order(module, encoder))
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-3, atol=1e-4)
@@ -140,3 +155,30 @@ def test_attention_reference_matches_onnx_attention(masked: bool) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     n = 2 * 3 * 10 * 10  # scores
     assert opdef.cost(sig).flops == 2 * n * 8 + 2 * n * 8 + 9 * n  # both products, then softmax and mask
+    # layout bshd: the same attention on [B, S, H, D] operands, the result [B, S, H, D]
+    swapped = [np.ascontiguousarray(a.swapaxes(1, 2)) for a in (q, k, v)] + ([mask] if masked else [])
+    sig = opdef.sig([TensorType.of(a) for a in swapped], {"scale": 0.3, "layout": "bshd"})
+    sig.results = opdef.infer(sig)
+    assert sig.results[0].dims == (2, 10, 3, 8)
+    np.testing.assert_allclose(opdef.reference(sig, *swapped), want.swapaxes(1, 2), rtol=1e-5, atol=1e-6)
+    plain = opdef.sig([TensorType.of(a) for a in inputs], {"scale": 0.3})
+    plain.results = opdef.infer(plain)
+    assert opdef.cost(sig) == opdef.cost(plain)
+
+
+@pytest.mark.parametrize(
+    "types, attrs, message",
+    [
+        ([(8, 4)] * 3, {"layout": "bshd"}, "q must have rank >= 3 ([..., seq, heads, dim] in layout bshd)"),
+        ([(1, 8, 2, 4), (1, 6, 2, 4), (1, 7, 2, 4)], {"layout": "bshd"}, "k and v sequence lengths differ"),
+        ([(1, 8, 2, 4), (1, 6, 3, 4), (1, 6, 3, 4)], {"layout": "bshd"}, "broadcast"),
+    ],
+)
+def test_attention_bshd_shape_errors(types, attrs, message: str) -> None:  # noqa: ANN001
+    from tessel.ir.ops.registry import OpError, get_op
+    from tessel.ir.types import TensorType
+
+    opdef = get_op("attention")
+    assert opdef is not None
+    with pytest.raises(OpError, match=re.escape(message)):
+        opdef.infer(opdef.sig([TensorType(t, "f32") for t in types], attrs))

@@ -2,10 +2,12 @@
 
 The cases cover each branch of the generated kernel once: one key chunk (the result written straight from
 the accumulators) and several (running max and sum corrected between chunks, the output kept in private
-memory), a tail panel of keys (Sk not a multiple of the vector width), a tail row block (Sq not a multiple
-of the rows per work-item), value slices narrower than a vector, masks broadcast in every way (per key, per
-query and key, along the keys, none), -inf in the mask, batch dims broadcast between q, k and v, head dims
-up to 128, f64, and an empty query axis.
+memory), k's panels made in local memory by the work-group (the default for one chunk) and packed before
+the launch, a tail panel of keys (Sk not a multiple of the vector width), a tail row block (Sq not a
+multiple of the rows per work-item), value slices narrower than a vector, masks broadcast in every way
+(per key, per query and key, along the keys, none), -inf in the mask, batch dims broadcast between q, k
+and v, head dims up to 128, f64, an empty query axis, and the bshd layout (q, k, v and the result [..., S,
+H, D], read and written with strides) with each of those k paths.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tessel.ir.types import TensorType
+from tessel.targets.opencl.kernels.base import NotLowerable
 from tessel.targets.opencl.kernels.testing import check_op, lower_op
 
 rng = np.random.default_rng(11)
@@ -71,7 +74,59 @@ CASES = [
         {"chunk": 8},
     ),
     ("empty-queries", randn(1, 0, 8), randn(1, 5, 8), randn(1, 5, 4), None, 1.0, None),
+    (
+        "bert-k-packed",
+        randn(1, 4, 64, 32),
+        randn(1, 4, 64, 32),
+        randn(1, 4, 64, 32),
+        None,
+        0.2,
+        {"k_local": 0},
+    ),
+    (
+        "local-k-groups-tails",
+        randn(2, 3, 37, 20),
+        randn(2, 1, 45, 20),
+        randn(2, 3, 45, 9),
+        randn(37, 45),
+        0.3,
+        {"rows": 3, "groups": 4},
+    ),
+    # 88 row blocks: more than one work-group's worth, so each head gets two, each copying k
+    ("long-queries-short-keys", randn(1, 700, 16), randn(1, 24, 16), randn(1, 24, 16), None, 0.5, None),
 ]
+
+# layout bshd: q [..., Sq, H, D], k [..., Sk, H, D], v [..., Sk, H, Dv] -> [..., Sq, H, Dv]
+BSHD_CASES = [
+    # id, q, k, v, mask, scale, schedule
+    ("bert", randn(2, 64, 4, 32), randn(2, 64, 4, 32), randn(2, 64, 4, 32), key_mask(2, 64, 16), 0.18, None),
+    (
+        "bert-k-packed",
+        randn(1, 64, 4, 32),
+        randn(1, 64, 4, 32),
+        randn(1, 64, 4, 32),
+        key_mask(1, 64, 10),
+        0.18,
+        {"k_local": 0},
+    ),
+    (
+        "chunks-tails-shared-kv-head",
+        randn(1, 37, 3, 20),
+        randn(1, 45, 1, 20),
+        randn(1, 45, 3, 29),
+        randn(3, 37, 45),
+        0.3,
+        {"rows": 3, "chunk": 16},
+    ),
+    ("rank-3", randn(12, 2, 16), randn(20, 2, 16), randn(20, 2, 8), randn(2, 1, 20), 0.25, None),
+]
+
+
+def check_attention(q, k, v, mask, scale, schedule, layout: str = "bhsd") -> None:  # noqa: ANN001
+    inputs = [q, k, v] + ([mask] if mask is not None else [])
+    tol = {"rtol": 1e-9, "atol": 1e-11} if q.dtype == np.float64 else {"rtol": 2e-5, "atol": 2e-6}
+    attrs = {"scale": scale, **({"layout": layout} if layout != "bhsd" else {})}
+    check_op("attention", inputs, attrs, schedule=schedule, **tol)
 
 
 @pytest.mark.parametrize("name,q,k,v,mask,scale,schedule", CASES, ids=[c[0] for c in CASES])
@@ -84,9 +139,20 @@ def test_attention_matches_reference(
     scale: float,
     schedule: dict | None,
 ) -> None:
-    inputs = [q, k, v] + ([mask] if mask is not None else [])
-    tol = {"rtol": 1e-9, "atol": 1e-11} if q.dtype == np.float64 else {"rtol": 2e-5, "atol": 2e-6}
-    check_op("attention", inputs, {"scale": scale}, schedule=schedule, **tol)
+    check_attention(q, k, v, mask, scale, schedule)
+
+
+@pytest.mark.parametrize("name,q,k,v,mask,scale,schedule", BSHD_CASES, ids=[c[0] for c in BSHD_CASES])
+def test_bshd_attention_matches_reference(
+    name: str,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    scale: float,
+    schedule: dict | None,
+) -> None:
+    check_attention(q, k, v, mask, scale, schedule, layout="bshd")
 
 
 def test_masked_out_keys_get_no_weight() -> None:
@@ -105,11 +171,36 @@ def test_masked_out_keys_get_no_weight() -> None:
 
 
 def test_keys_are_packed_into_panels() -> None:
-    """k is packed [.., Sk, D] -> [.., ceil(Sk/P), D, P] before the launch, and the schedule is reported."""
+    """One head's keys in one chunk: the work-group makes k's panels in local memory (no pack); several
+    chunks (or k_local=0): k is packed [.., Sk, D] -> [.., ceil(Sk/P), D, P] before the launch."""
     types = [TensorType.of(a) for a in (randn(1, 4, 50, 32), randn(1, 4, 50, 32), randn(1, 4, 50, 32))]
     _, low = lower_op("attention", types, {"scale": 1.0})
+    assert low.pack == {} and low.schedule["k_local"] == 1 and low.schedule["chunk"] >= 50
+    (kern,) = low.kernels
+    assert "__local" in kern.source and "barrier(" in kern.source and "one chunk" in kern.source
+    # each work-group is some row blocks of one head: the local size divides the launch
+    assert kern.global_size[0] % kern.local_size[0] == 0
+    assert kern.global_size[0] // kern.local_size[0] == 4 * low.schedule["groups"]
+    for schedule in ({"k_local": 0}, {"chunk": 16}):
+        _, low = lower_op("attention", types, {"scale": 1.0}, schedule=schedule)
+        (spec,) = low.pack.values()
+        p = low.schedule["panel"]
+        assert list(low.pack) == [1] and spec.inner_dims_pos == (2,) and spec.inner_tiles == (p,)
+        assert low.schedule["k_local"] == 0 and "__local" not in low.kernels[0].source
+
+
+def test_bshd_keys_pack_moves_heads_before_panels() -> None:
+    """bshd k [B, Sk, H, D] packs along Sk with the outer dims permuted to [B, H, Sk/P, D]."""
+    types = [TensorType((1, 300, 4, 32), "f32")] * 3
+    _, low = lower_op("attention", types, {"scale": 1.0, "layout": "bshd"}, schedule={"chunk": 128})
     (spec,) = low.pack.values()
-    p = low.schedule["panel"]
-    assert list(low.pack) == [1] and spec.inner_dims_pos == (2,) and spec.inner_tiles == (p,)
-    assert low.schedule["chunk"] >= 50 and len(low.kernels) == 1
-    assert "one chunk" in low.kernels[0].source
+    assert spec.inner_dims_pos == (1,) and spec.outer_dims_perm == (0, 2, 1, 3)
+    assert "(bshd)" in low.kernels[0].source
+
+
+def test_k_local_refused_when_it_does_not_fit() -> None:
+    types = [TensorType((1, 2, 700, 64), "f32")] * 3
+    _, low = lower_op("attention", types, {"scale": 1.0})
+    assert low.schedule["k_local"] == 0 and list(low.pack) == [1]
+    with pytest.raises(NotLowerable, match="k_local=1 needs one key chunk"):
+        lower_op("attention", types, {"scale": 1.0}, schedule={"k_local": 1})

@@ -3,9 +3,16 @@
 Each work-item computes `rows` output rows x one `float<cols>` column (cols = 16 on AVX-512): per k it loads
 one vector of the B panel and does `rows` FMAs with broadcast A scalars, everything fully unrolled, no
 local memory, no barriers. B is packed to column panels [.., N/cols, K, cols] (a `pack` op: once at load
-time when B is a constant); A is packed by a first kernel into row panels [.., M/rows, K, rows] in scratch
-`tmp0`, zero-padded, so the main loop never guards an M-tail (only the stores do). Alpha, beta * C and an
-optional fused `epilogue` are applied per stored vector.
+time when B is a constant). A is read in one of three ways (`Gemm.a_mode`):
+- "panel": row panels [.., M/rows, K, rows] (zero-padded, so the loop never guards an M-tail): packed at
+  load time when A is a constant, else by a first kernel into scratch `tmp0`, which pays when A is large
+  (its rows then stream from one contiguous panel);
+- "rows": A as it is, [.., M, K] row-major, each of the `rows` rows through its own pointer (clamped to
+  row M-1 in the tail block, whose extra rows are never stored): no packing launch, which wins for small
+  A (a transformer's 64-token activations, where the pack kernel costs as much as the product);
+- "cols": A stored transposed ([.., K, M], gemm's trans_a), read the same way with stride M.
+The schedule key `pack_a` (0 or 1) overrides the choice. Alpha, beta * C and an optional fused `epilogue`
+are applied per stored vector.
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ class Gemm:
     n: int
     rows: int
     cols: int
+    a_mode: str = "panel"  # how A is read: "panel" | "rows" | "cols" (see the module docstring)
 
     @property
     def mb(self) -> int:
@@ -130,26 +138,54 @@ __kernel void KERNEL(__global const float* restrict A, __global float* restrict 
     return Kernel(src, (math.ceil(k / local) * local, g.mb, nbatch), (local, 1, 1), ("in0", "tmp0"))
 
 
+def a_pointers(g: Gemm) -> list[str]:
+    """Declarations of the micro-kernel's A pointers (after `const int mb`, `b`)."""
+    r, m, k = g.rows, g.m, g.k
+    off = batch_offset("b", g.batch, g.a_batch_strides)
+    if g.a_mode == "panel":
+        return [f"    const __global float* a = A + {off} + mb * {k * r};"]
+    lines = [f"    const __global float* a = A + {off};"]
+    step = k if g.a_mode == "rows" else 1
+    for i in range(r):
+        # rows past M (in the tail block only) read row M-1; their results are never stored
+        if g.mb == 1:
+            row = str(min(i, m - 1))
+        elif m % r and i >= m % r:
+            row = f"min(mb * {r} + {i}, {m - 1})"
+        else:
+            row = f"mb * {r} + {i}"
+        lines.append(f"    const __global float* a_{i} = a + ({row}) * {step};")
+    return lines
+
+
+def a_scalar(g: Gemm, s: int, i: int, kk: str) -> str:
+    """The C expression of A[row i of the tile, k = kk] (`a{s}` is the panel row of step s)."""
+    if g.a_mode == "panel":
+        return f"a{s}[{i}]"
+    return f"a_{i}[{kk}]" if g.a_mode == "rows" else f"a_{i}[({kk}) * {g.m}]"
+
+
 def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str] | None = None,
                 epilogue: Epilogue | None = None, n_inputs: int = 2) -> str:
     """The micro-kernel. `bias(value, lanes, m, n0)` rewrites each stored value (alpha and beta * C of
-    gemm), `epilogue` the fusion hook. Arguments: A panels, B panels, then `in2..`, then Y."""
+    gemm), `epilogue` the fusion hook. Arguments: A (panels or as is), B panels, then `in2..`, then Y."""
     r, c, m, k, n = g.rows, g.cols, g.m, g.k, g.n
     vt = vtype(c)
     # independent accumulator sets over k when few rows leave the FMA chain latency-bound (GEMV)
     ksplit = 4 if r == 1 else 2 if r <= 3 else 1
     ins = ["__global const float* restrict A", "__global const float* restrict B"]
     ins += [f"__global const float* restrict in{i}" for i in range(2, n_inputs)]
+    a_shape = {"panel": f"panels [.., {g.mb}, {k}, {r}]", "rows": f"[.., {m}, {k}]",
+               "cols": f"[.., {k}, {m}] (transposed)"}[g.a_mode]
     lines = [f"// Y[{', '.join(map(str, g.batch + (m, n)))}] = A[.., {m}, {k}] @ B[.., {k}, {n}]: "
              f"{r} rows x one {vt} column per work-item",
-             f"// A panels [.., {g.mb}, {k}, {r}] ({a_arg}), B panels [.., {g.nb}, {k}, {c}]",
+             f"// A {a_shape} ({a_arg}), B panels [.., {g.nb}, {k}, {c}]",
              f"__kernel void KERNEL({', '.join(ins)}, __global float* restrict Y) {{",
              "    const int mb = get_global_id(0);",
              "    const int nb = get_global_id(1);",
              "    const int b = get_global_id(2);",
              f"    if (mb >= {g.mb}) return;",
-             f"    const __global float* a = A + {batch_offset('b', g.batch, g.a_batch_strides)}"
-             f" + mb * {k * r};",
+             *a_pointers(g),
              f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
              f" + nb * {k * c};"]
     accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
@@ -157,9 +193,10 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
         lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs[s])};")
 
     def step(s: int, kk: str) -> list[str]:
-        out = [f"        const {vt} b{s} = {vload(c, f'bp + ({kk}) * {c}')};",
-               f"        const __global float* a{s} = a + ({kk}) * {r};"]
-        out += [f"        {accs[s][i]} = mad(a{s}[{i}], b{s}, {accs[s][i]});" for i in range(r)]
+        out = [f"        const {vt} b{s} = {vload(c, f'bp + ({kk}) * {c}')};"]
+        if g.a_mode == "panel":
+            out.append(f"        const __global float* a{s} = a + ({kk}) * {r};")
+        out += [f"        {accs[s][i]} = mad({a_scalar(g, s, i, kk)}, b{s}, {accs[s][i]});" for i in range(r)]
         return out
 
     main = k - k % ksplit
@@ -225,16 +262,57 @@ def tile_params(ctx: Ctx, m: int, n: int) -> tuple[int, int]:
     return rows, cols
 
 
+DIRECT_A_MAX = 128 * 1024
+"""A non-constant A of at most this many elements is always read as is: the pack launch would cost more
+than the strided reads save (64x128 @ 128x128 on PoCL: 21 us as is, 32 us packed)."""
+LONG_K = 2048
+"""Past this K (or when the rows alias in the L1 cache) a larger A is packed: PoCL on a CPU loses up to
+half its speed to `rows` read streams that thrash one L1 set or outrun the prefetchers (1024^3: 192 vs
+280 GFLOP/s), while unaliased shapes gain from skipping the copy (3136x576 @ 576x64: 283 vs 114)."""
+
+
+def l1_sets(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> int:
+    """How many L1 sets (64-byte lines, a 4 KiB way) `count` accesses `stride_bytes` apart fall in."""
+    return len({(i * stride_bytes // line) % sets for i in range(count)})
+
+
+def pack_pays(g: Gemm, trans_a: bool, a_elems: int) -> bool:
+    """Whether a non-constant A is better packed into row panels by a first kernel than read as is."""
+    if a_elems <= DIRECT_A_MAX:
+        return False
+    return g.k > LONG_K or l1_sets(4 * (g.m if trans_a else g.k), g.rows) <= 1
+
+
+def choose_a_mode(ctx: Ctx, g: Gemm, trans_a: bool, a_elems: int) -> tuple[str, bool]:
+    """How A is read ("panel" when packed, at load time if constant, else by a first kernel; "rows" or
+    "cols" as is) and whether that was a choice (a non-constant A that is not already its own panels)."""
+    as_is = "cols" if trans_a and g.m > 1 else "rows"
+    if g.rows == 1 and as_is == "rows":
+        return "rows", False  # one-row panels are A itself
+    if ctx.is_constant(0):
+        return "panel", False
+    want = ctx.schedule.get("pack_a")
+    if want is not None and want not in (0, 1):
+        raise NotLowerable(f"'{ctx.op_name}' schedule pack_a={want} is not 0 or 1")
+    pack = pack_pays(g, trans_a, a_elems) if want is None else bool(want)
+    return ("panel" if pack else as_is), True
+
+
 def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: bool, trans_b: bool,
                       b_rank: int, bias: Callable[[str, int, str, str], str] | None,
                       epilogue: Epilogue | None) -> Lowered:
-    """Kernels, packing and scratch of one contraction whose A and B are operands 0 and 1."""
+    """Kernels, packing and scratch of one contraction whose A and B are operands 0 and 1; `a_batch` are
+    A's own batch dims (g.a_batch_strides is filled in here, once the way A is read is known)."""
     kernels: list[Kernel] = []
     pack: dict[int, PackSpec] = {}
     scratch: list[int] = []
     a_rank = ctx.operands[0].rank
-    # A row panels [.., M/rows, K, rows]: already so when rows == 1 (and A is not transposed, or M == 1)
-    if g.rows > 1 or (trans_a and g.m > 1):
+    g.a_mode, chosen = choose_a_mode(ctx, g, trans_a, math.prod(a_batch) * g.m * g.k)
+    if g.a_mode != "panel":
+        g.a_batch_strides = aligned_strides(g.batch, a_batch, g.m * g.k)
+        a_arg = "A itself"
+    else:
+        g.a_batch_strides = aligned_strides(g.batch, a_batch, g.mb * g.k * g.rows)
         if ctx.is_constant(0):
             pack[0] = (PackSpec((a_rank - 1,), (g.rows,), (1, 0)) if trans_a
                        else PackSpec((a_rank - 2,), (g.rows,)))
@@ -243,8 +321,6 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
             kernels.append(pack_a_source(g, trans_a, a_batch))
             scratch.append(4 * math.prod(a_batch) * g.mb * g.k * g.rows)
             a_arg = "packed by the first kernel into tmp0"
-    else:
-        a_arg = "A itself"
     # B column panels [.., N/cols, K, cols]
     if g.cols > 1 or g.n > 1:
         if trans_b:
@@ -260,7 +336,8 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
         local //= 2
     args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), "out0")
     kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, g.nb, nbatch), (local, 1, 1), args))
-    return Lowered(kernels, scratch, pack, {"rows": g.rows, "cols": g.cols})
+    schedule = {"rows": g.rows, "cols": g.cols, **({"pack_a": int(g.a_mode == "panel")} if chosen else {})}
+    return Lowered(kernels, scratch, pack, schedule)
 
 
 @template("matmul")
@@ -279,7 +356,6 @@ def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     batch = tuple(ctx.results[0].dims[:len(ctx.results[0].dims) - (a.rank >= 2) - (b.rank >= 2)])
     rows, cols = tile_params(ctx, m, n)
     g = Gemm(batch, (), (), m, k, n, rows, cols)
-    g.a_batch_strides = aligned_strides(batch, ab, g.mb * k * rows)
     g.b_batch_strides = aligned_strides(batch, bb, g.nb * k * cols)
     return lower_contraction(ctx, g, a_batch=ab, trans_a=False, trans_b=False, b_rank=max(2, b.rank),
                              bias=None, epilogue=epilogue)
