@@ -23,6 +23,7 @@ from tessel.targets.opencl.kernels.testing import build
 
 RNG = np.random.default_rng(11)
 SCALE = 1e-4  # the index epilogue adds SCALE * flat index
+GUARD = 1 << 16  # floats after out0 that no kernel may write
 
 
 def arr(*shape: int) -> np.ndarray:
@@ -51,7 +52,8 @@ def run_lowered(
     ctx: Ctx, low: Lowered, inputs: list[np.ndarray], in_block: int, out_shape: tuple[int, ...]
 ) -> np.ndarray:
     """Run the kernels of `low` with in0 packed to NCHWc `in_block` (when > 0); out0 of `out_shape`,
-    filled with NaN first so any element the kernels leave unwritten shows."""
+    filled with NaN first so any element the kernels leave unwritten shows, and followed in its buffer by
+    GUARD NaNs that must stay so (a write past the end shows)."""
     cl = dev.cl()
     device = dev.pick_device()
     context = dev.context_for(device)
@@ -64,7 +66,8 @@ def run_lowered(
         arrays[i] = pack_operand(src, spec.attrs())
     mf = cl.mem_flags
     ins = [cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
-    out = np.full(out_shape, np.nan, np.float32)
+    size = int(np.prod(out_shape))
+    out = np.full(size + GUARD, np.nan, np.float32)
     out_buf = cl.Buffer(context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=out)
     tmps = [cl.Buffer(context, mf.READ_WRITE, max(n, 4)) for n in low.scratch]
     table = {f"in{i}": b for i, b in enumerate(ins)} | {"out0": out_buf}
@@ -76,7 +79,8 @@ def run_lowered(
         cl.enqueue_nd_range_kernel(queue, kobj, k.global_size, k.local_size)
     cl.enqueue_copy(queue, out, out_buf)
     queue.finish()
-    return out
+    assert np.isnan(out[size:]).all(), "a kernel wrote past the end of out0"
+    return out[:size].reshape(out_shape)
 
 
 def check_blocked(
@@ -135,6 +139,7 @@ BLOCKS = list(itertools.product((0, 16), (0, 16)))[1:]  # (in_block, out_block),
         ("depthwise", conv_case(1, 32, 32, 10, 3, p=1, g=32)),
         ("grouped", conv_case(1, 32, 64, 7, 3, p=1, g=2)),
         ("stem", conv_case(1, 3, 32, 12, 7, s=2, p=3)),  # RGB input: blocked it is padded 3 -> 16
+        ("stem-unpadded", conv_case(1, 3, 32, 15, 3, s=2)),  # NCHW input read in place
         ("channel-tails", conv_case(1, 20, 24, 6, 3, p=1)),  # C and O not multiples of 16
     ],
 )
@@ -148,14 +153,16 @@ def test_conv2d_blocked_input_read_in_place() -> None:
         conv_case(1, 32, 16, 8, 1),
         conv_case(1, 16, 16, (16, 16), 1, s=2),
         conv_case(1, 32, 32, 10, 3, g=32),
+        conv_case(1, 16, 16, (14, 14), 1, s=2),  # 7x7 output: 1x7 tiles
+        conv_case(1, 32, 48, 13, 1),  # two columns of 13 pixels
     ):
         low = check_blocked("conv2d", *case, 16, 16)
         assert low.schedule["in_place"] and low.scratch == [] and len(low.kernels) == 1
         assert "tmp0" not in low.kernels[0].args
     for case in (
         conv_case(1, 16, 16, 8, 3, p=1),  # pads: repacked
-        conv_case(1, 16, 16, (14, 14), 1, s=2),
-    ):  # 7x7 output: 2x7 tiles over-read a row
+        conv_case(1, 16, 16, (10, 10), 1, s=2),
+    ):  # 5x5 output: no tile of 7..24 pixels divides it, 1x16 tiles over-read
         low = check_blocked("conv2d", *case, 16, 16)
         assert not low.schedule["in_place"] and re.search(r"repack blocked x", low.kernels[0].source)
 
@@ -165,6 +172,16 @@ def test_conv2d_blocked_schedule_and_refusals() -> None:
     check_blocked(
         "conv2d", ins, attrs, 16, 16, schedule={"tile_h": 2, "tile_w": 5, "cols": 8, "cin_block": 8}
     )
+    # two 16-wide columns a work-item: 48 channels = 1.5 blocks of 32, the last block's 2nd column unused
+    ins, attrs = conv_case(1, 32, 48, 7, 1)
+    for blocks in BLOCKS:
+        low = check_blocked(
+            "conv2d", ins, attrs, *blocks, epilogue=True, schedule={"tile_h": 7, "tile_w": 1, "vcols": 2}
+        )
+        assert low.schedule["vcols"] == 2 and low.pack[1].inner_tiles == (16, 32)
+    # columns along global dimension 0: 3 columns in work-groups of 4 (and 2), the extra ones return
+    for local in (4, 2):
+        check_blocked("conv2d", ins, attrs, 16, 16, schedule={"cols_first": True, "local": local, "vcols": 1})
     with pytest.raises(NotLowerable, match="channel block 3"):
         lower_conv2d(make_ctx("conv2d", ins, attrs), in_block=3)
 

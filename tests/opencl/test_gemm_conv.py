@@ -36,7 +36,7 @@ def test_matmul_schedule_override() -> None:
     check_op("matmul", [arr(30, 10), arr(10, 24)], schedule={"rows": 7, "cols": 8}, **TOL)
     _, low = lower_op("matmul", [TensorType((30, 10), "f32"), TensorType((10, 24), "f32")], {},
                       schedule={"rows": 7, "cols": 8})
-    assert low.schedule == {"rows": 7, "cols": 8}
+    assert {k: low.schedule[k] for k in ("rows", "cols")} == {"rows": 7, "cols": 8}
 
 
 @pytest.mark.parametrize("a, b, c, attrs", [
@@ -79,14 +79,78 @@ def test_conv2d_schedule_override() -> None:
     check_op("conv2d", ins, attrs, schedule={"tile_h": 2, "tile_w": 5, "cols": 8}, **TOL)
 
 
+@pytest.mark.parametrize("case, schedule", [
+    (conv_case(1, 16, 40, 9, 3, p=1), {"tile_h": 3, "tile_w": 3, "vcols": 2}),  # 2nd column: lanes 32..39
+    (conv_case(1, 20, 20, (7, 5), 1), {"tile_h": 2, "tile_w": 3, "vcols": 2}),  # 2nd column past O, tails
+    (conv_case(1, 32, 96, 7, 3, s=2, p=1), {"tile_h": 1, "tile_w": 4, "vcols": 3, "cols_first": True}),
+    (conv_case(2, 8, 24, 6, 3, p=1, bias=False), {"vcols": 2, "cols": 8, "local": 3}),  # 8-wide columns
+    (conv_case(1, 16, 16, 8, 3, p=1, g=16), {"cols_first": True, "local": 1}),  # depthwise
+    (conv_case(1, 32, 32, 9, 3, p=1), {"tile_h": 1, "tile_w": 7, "vcols": 2, "unroll": 2}),  # rolled loop
+    (conv_case(1, 24, 20, 5, 1), {"unroll": 3, "cin_block": 12}),  # one column, 3 channels an iteration
+])
+def test_conv2d_schedule_knobs(case, schedule) -> None:
+    """Several vector columns a work-item (`vcols`), columns along global dimension 0 (`cols_first`), an
+    explicit work-group size (`local`) and a rolled loop over a block's channels (`unroll` a trip), with
+    channel tails."""
+    check_op("conv2d", *case, schedule=schedule, **TOL)
+    types = [TensorType.of(a) for a in case[0]]
+    low = lower_op("conv2d", types, case[1], schedule=schedule)[1]
+    assert low.kernels[-1].local_size == (schedule.get("local", low.kernels[-1].local_size[0]), 1, 1)
+    assert {k: v for k, v in low.schedule.items() if k in schedule} == {
+        k: v for k, v in schedule.items() if k != "local"
+    }
+
+
+def test_conv2d_planar_stem() -> None:
+    """An unpadded conv of at most 16 input channels whose tiles divide the output reads the NCHW input in
+    place (no repack kernel, no scratch); 20 output channels: the second column is 4 lanes wide."""
+    case = conv_case(1, 3, 20, 15, 3, s=2)
+    check_op("conv2d", *case, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in case[0]], case[1])[1]
+    assert low.schedule["in_place"] and len(low.kernels) == 1 and not low.scratch
+    assert low.kernels[0].args == ("in0", "in1", "in2", "out0")
+    padded = conv_case(1, 3, 20, 15, 3, s=2, p=1)  # pads: repacked
+    assert len(lower_op("conv2d", [TensorType.of(a) for a in padded[0]], padded[1])[1].kernels) == 2
+
+
+@pytest.mark.parametrize("c, o, g, hw, schedule, planar", [
+    (68, 68, 4, (7, 8), {}, True),  # shufflenet-like: 17 channels a group, one block of 17 planes
+    (48, 96, 4, (6, 14), {}, True),  # 12 channels a group
+    (48, 96, 4, (6, 14), {"cin_block": 8}, False),  # 8 does not divide 12: a block would cross groups
+    (58, 58, 2, (7, 7), {}, False),  # 29 channels a group: no divisor of 4..24, repacked
+])
+def test_grouped_conv_reads_planes_in_place(c, o, g, hw, schedule, planar) -> None:
+    """Unpadded grouped convs on an NCHW input read it plane by plane, blocks of channels dividing a
+    group, when their tiles divide the output."""
+    ins, attrs = conv_case(1, c, o, hw, 1, g=g)
+    check_op("conv2d", ins, attrs, schedule=schedule, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs, schedule=schedule)[1]
+    assert bool(low.schedule.get("in_place")) == planar and len(low.kernels) == (1 if planar else 2)
+
+
+def test_conv2d_schedule_refusals() -> None:
+    ins, attrs = conv_case(1, 16, 16, 10, 3, p=1)
+    types = [TensorType.of(a) for a in ins]
+    with pytest.raises(NotLowerable, match="vcols=3"):
+        lower_op("conv2d", types, attrs, schedule={"tile_h": 2, "tile_w": 7, "vcols": 3})
+    grouped = [types[0], TensorType((16, 8, 3, 3), "f32"), types[2]]
+    with pytest.raises(NotLowerable, match="vcols=2"):
+        lower_op("conv2d", grouped, {**attrs, "groups": 2}, schedule={"vcols": 2})
+    with pytest.raises(NotLowerable, match="unroll=3"):
+        lower_op("conv2d", types, attrs, schedule={"unroll": 3})
+    with pytest.raises(NotLowerable, match="local=0"):
+        lower_op("conv2d", types, attrs, schedule={"local": 0})
+
+
 def test_source_is_deterministic() -> None:
     types = [TensorType((1, 64, 14, 14), "f32"), TensorType((64, 64, 3, 3), "f32"), TensorType((64,), "f32")]
     attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1}
     one = lower_op("conv2d", types, attrs)[1]
     two = lower_op("conv2d", types, attrs)[1]
     assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
-    assert one.schedule == {"tile_h": 1, "tile_w": 14, "cols": 16, "cin_block": 16}
-    assert one.pack[1].inner_tiles == (16, 16)
+    # two 16-wide columns a work-item, 2x7 pixels (28 accumulators), the channel loop rolled 4 a trip
+    assert one.schedule == {"tile_h": 2, "tile_w": 7, "cols": 16, "cin_block": 16, "vcols": 2, "unroll": 4}
+    assert one.pack[1].inner_tiles == (16, 32)
 
 
 def test_epilogue_hook() -> None:
@@ -138,3 +202,56 @@ def test_grouped_conv_with_padded_group_columns(c: int, o: int, g: int, k: int) 
     w = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
     b = rng.standard_normal(o).astype(np.float32)
     check_op("conv2d", [x, w, b], {"groups": g, "pads": [k // 2] * 4}, rtol=1e-4, atol=1e-4)
+
+
+# A read as is or packed -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("a, b, schedule", [
+    ((33, 20), (20, 40), {"pack_a": 0}),  # rows: the tail block's pointers clamp to row 32
+    ((33, 20), (20, 40), {"pack_a": 1}),  # panels packed by a first kernel
+    ((2, 3, 17, 9), (3, 9, 18), {"pack_a": 0}),  # batch strides of A itself, B broadcast
+    ((2, 1, 5, 4), (3, 4, 6), {"pack_a": 1}),  # batch strides of A's panels, A broadcast
+    ((3, 40), (40, 8), {"pack_a": 0, "rows": 2}),  # 2 rows: split accumulators over k, M tail of 1
+])
+def test_matmul_a_modes(a, b, schedule) -> None:
+    check_op("matmul", [arr(*a), arr(*b)], schedule=schedule, **TOL)
+
+
+@pytest.mark.parametrize("schedule", [{"pack_a": 0}, {"pack_a": 1}, {"pack_a": 0, "rows": 5}])
+def test_gemm_trans_a_modes(schedule) -> None:
+    """trans_a: A [K, M] read as is with stride M ("cols") or packed; M = 23 leaves a tail block."""
+    ins = [arr(30, 23), arr(30, 19), arr(19)]
+    check_op("gemm", ins, {"trans_a": True}, schedule=schedule, **TOL)
+
+
+@pytest.mark.parametrize("m, k, n, packed", [
+    (64, 128, 128, False),  # a transformer's activations: the pack launch would cost more than it saves
+    (64, 2048, 64, False),  # small enough A, however long its rows
+    (3136, 576, 64, False),  # large, rows 2304 bytes apart: 16 rows spread over the L1 sets
+    (1024, 1024, 1024, True),  # rows 4 KiB apart all fall in one L1 set
+    (49, 4608, 512, True),  # long rows outrun the prefetchers
+])
+def test_matmul_packs_a_only_when_it_pays(m, k, n, packed) -> None:
+    _, low = lower_op("matmul", [TensorType((m, k), "f32"), TensorType((k, n), "f32")], {})
+    assert low.schedule["pack_a"] == int(packed)
+    assert len(low.kernels) == 1 + packed and bool(low.scratch) == packed
+    assert low.kernels[-1].args[0] == ("tmp0" if packed else "in0")
+    assert ("panels [.., " if packed else f"A [.., {m}, {k}]") in low.kernels[-1].source
+
+
+def test_constant_a_is_packed_at_load_time() -> None:
+    types = [TensorType((40, 30), "f32"), TensorType((30, 20), "f32")]
+    _, low = lower_op("matmul", types, {}, constant=(True, True))
+    assert list(low.pack) == [0, 1] and len(low.kernels) == 1 and "pack_a" not in low.schedule
+    with pytest.raises(NotLowerable, match="pack_a=2"):
+        lower_op("matmul", types, {}, schedule={"pack_a": 2})
+
+
+def test_epilogue_with_a_as_is() -> None:
+    """The fused epilogue hook sees the same stores whichever way A is read."""
+    from tessel.targets.opencl.kernels.gemm import lower_matmul
+
+    relu = lambda v, i, n: f"fmax({v}, 0.0f)"  # noqa: E731
+    ctx, _ = lower_op("matmul", [TensorType((64, 128), "f32"), TensorType((128, 96), "f32")], {})
+    low = lower_matmul(ctx, relu)
+    assert len(low.kernels) == 1 and "fmax(" in low.kernels[0].source
+    assert low.kernels[0].args == ("in0", "in1", "out0")

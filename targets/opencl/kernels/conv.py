@@ -2,17 +2,28 @@
 
 A first kernel repacks the NCHW input into scratch `tmp0` as [N, G, C/G/cb, Hp, Wp, cb]: channel blocks of
 cb, the spatial pads (and the over-read of partial output tiles) written as zeros, so the main loop has
-no bounds checks. Weights are packed (a `pack` op, once at load time for constants) to
-[O/V, C/G/cb, KH, KW, cb, V].
+no bounds checks. An unpadded (non-depthwise) conv whose tiles divide the output reads an NCHW input in
+place instead, plane by plane (an RGB stem, shufflenet's grouped 1x1 convs). Weights are packed (a
+`pack` op, once at load time for constants) to [O/(V*vcols), C/G/cb, KH, KW, cb, V*vcols].
 
-- dense and grouped conv: each work-item computes a tile of TH x TW output pixels x one `float<V>` column
-  of output channels (V = 16 unless a group has fewer); per (channel, tap) it loads one weight vector and
-  does TH*TW FMAs with broadcast input scalars, like the GEMM micro-kernel;
+- dense and grouped conv: each work-item computes a tile of TH x TW output pixels x `vcols` `float<V>`
+  columns of output channels (V = 16 unless a group has fewer); per (channel, tap) it loads `vcols` weight
+  vectors and does TH*TW*vcols FMAs with broadcast input scalars, like the GEMM micro-kernel. Dense convs
+  of more than 16 output channels take two columns and tiles of 6..9 pixels (up to 14 on images of at
+  most 14x14), the loop over a block's channels rolled 4 channels a trip (fully unrolled, LLVM hoists the
+  broadcasts and spills them); others one column, 14..24 pixels, fully unrolled (pick_vcols, pick_tile,
+  pick_unroll, chosen from bench/conv_sweep.py: on this machine's Zen 5 cores the light models' convs
+  went from 200-370 to 350-450 GFLOP/s). The FMAs are `fma()`: PoCL builds without -cl-mad-enable, so
+  `mad()` would become a multiply and an add;
 - depthwise (groups == channels): channels vectorized by 16, the KH*KW weight vectors held in registers,
   each input vector loaded once for all the taps that use it.
 
 Bias and an optional fused `epilogue` (see gemm.Epilogue) are applied per output element before its
 store, with the output index in out0's layout.
+
+Schedule overrides (ctx.schedule): tile_h, tile_w, cols (V), vcols, cin_block (cb), unroll (channels a
+trip of the rolled loop; 0: unrolled), local (work-group size along global dimension 0) and cols_first
+(global dimension 0 walks the output-channel columns instead of the tiles).
 
 Blocked operands (`lower_conv2d(ctx, in_block=b, out_block=b)`, used by fused regions
 `unpack -> conv2d -> pack`): in0 or out0 then holds NCHWc, [N, ceil(C/b), H, W, b] with zero channel
@@ -44,23 +55,58 @@ def pick_block(cg: int) -> int:
     return min(range(16, 7, -1), key=lambda b: math.ceil(cg / b) * b)
 
 
-def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False) -> tuple[int, int]:
-    """(TH, TW) output pixels per work-item: ~14-24 of them, padding the output least (`exact`: only tiles
-    of at least 8 pixels dividing the output; (0, 0) when there are none)."""
-    best: tuple[float, int, int, int, int] | None = None
+def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False, nc: int = 1,
+              window: tuple[int, int, int, int] = (1, 1, 1, 1)) -> tuple[int, int]:
+    """(TH, TW) output pixels per work-item. One column (`nc` == 1): ~14-24 pixels, padding the output
+    least. Several columns: 6..9 pixels (6..14 on images of at most 14x14 pixels), minimizing the padded
+    pixels times (1 + 2 / pixels), the loads per FMA beside the broadcasts, then the input pixels the
+    tile reads through `window` (KH, KW, SH, SW). `exact`: only tiles dividing the output, of at least
+    7 pixels (6..14 for several columns); (0, 0) when there are none."""
+    lo = 7 if nc == 1 else 6
+    if nc > 1:
+        hi = min(28 // nc, 14 if exact or ho * wo <= 196 else 9)
+    kh, kw, sh, sw = window
+    best: tuple[float, ...] | None = None
     for tw in range(1, min(wo, hi) + 1):
         for th in range(1, min(ho, hi // tw) + 1):
             r = tw * th
-            if exact and (ho % th or wo % tw or r < 8):
+            if exact and (ho % th or wo % tw or r < lo):
                 continue
             padded = math.ceil(ho / th) * th * math.ceil(wo / tw) * tw
-            key = (padded / min(r, 14), abs(r - 16), th, tw, r)
+            if nc == 1:
+                key: tuple[float, ...] = (padded / min(r, 14), abs(r - 16), th, tw)
+            elif r < min(lo, ho * wo):
+                continue
+            else:
+                reads = ((th - 1) * sh + kh) * ((tw - 1) * sw + kw)
+                key = (padded * (1 + 2 / r), reads / r, th, tw)
             if best is None or key < best:
                 best = key
     if best is None:
-        assert exact
-        return 0, 0
-    return best[2], best[3]
+        return (0, 0) if exact else (min(ho, hi), 1)
+    return int(best[-2]), int(best[-1])
+
+
+def pick_vcols(geo: Geometry) -> int:
+    """16-wide columns of output channels a work-item: two for dense convs of more than 16 channels (each
+    broadcast input value feeds two FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s against
+    200-370 on the light models' convs), else one."""
+    return 2 if geo.g == 1 and geo.o > 16 else 1
+
+
+def planar_block(cg: int) -> int:
+    """Input channels per block when the kernel reads NCHW planes in place: the largest divisor of the
+    group's channels up to 24 (no block may reach into the next group or past the tensor)."""
+    return max(d for d in range(1, min(cg, 24) + 1) if cg % d == 0)
+
+
+def pick_unroll(cb: int, nc: int) -> int:
+    """Input channels a trip of the channel loop: with several columns the loop stays rolled, 4 channels
+    a trip (fully unrolled, LLVM hoists the broadcasts of later channels and spills them); one column:
+    fully unrolled (0), its broadcasts fold into the FMAs as memory operands."""
+    if nc == 1:
+        return 0
+    return next(u for u in (4, 2, 1) if cb % u == 0)
 
 
 class Geometry:
@@ -214,9 +260,11 @@ __kernel void KERNEL(__global float* restrict Y) {{
 
 
 def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], has_bias: bool,
-                 epilogue: Epilogue | None, lane_limit: bool = False) -> list[str]:
-    """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels oc0..) to out0,
-    NCHW or blocked (geo.out_block). `lane_limit`: a grouped column whose valid lanes are `lim`."""
+                 epilogue: Epilogue | None, lane_limit: bool = False, oc: str = "oc0",
+                 tag: str = "") -> list[str]:
+    """Store accumulator i (pixel (i // tw, i % tw) of the tile, lanes = output channels `oc`..) to out0,
+    NCHW or blocked (geo.out_block). `lane_limit`: a grouped column whose valid lanes are `lim`; `tag`
+    makes the index names unique when several columns are stored in one scope."""
     lines = []
     ctail = geo.o % width != 0
     # blocked output, lanes consecutive in memory: one vector store a pixel
@@ -232,82 +280,125 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
         if conds:
             lines.append(f"    if ({' && '.join(conds)}) {{")
             ind = "        "
-        lines.append(f"{ind}const int y{i} = {geo.y_index('oc0', y, x)};")
+        yi = f"y{i}{tag}"
+        lines.append(f"{ind}const int {yi} = {geo.y_index(oc, y, x)};")
         if vector:
-            v = acc + (f" + vload{width}(0, in2 + oc0)" if has_bias else "")
-            v = epilogue(f"({v})", f"y{i}", width) if epilogue else v
-            lines.append(f"{ind}vstore{width}({v}, 0, Y + y{i});")
+            v = acc + (f" + vload{width}(0, in2 + {oc})" if has_bias else "")
+            v = epilogue(f"({v})", yi, width) if epilogue else v
+            lines.append(f"{ind}vstore{width}({v}, 0, Y + {yi});")
         for j in range(0 if vector else width):
-            v = lane(acc, j, width) + (f" + in2[oc0 + {j}]" if has_bias else "")
+            v = lane(acc, j, width) + (f" + in2[{oc} + {j}]" if has_bias else "")
             if not geo.out_block:
-                idx = f"y{i} + {j * geo.ho * geo.wo}"
+                idx = f"{yi} + {j * geo.ho * geo.wo}"
             elif geo.out_block % width == 0 and not lane_limit:
-                idx = f"y{i} + {j}"
+                idx = f"{yi} + {j}"
             else:
-                idx = f"y{i}j{j}"
-                lines.append(f"{ind}const int {idx} = {geo.y_index(f'oc0 + {j}', y, x)};")
+                idx = f"{yi}j{j}"
+                lines.append(f"{ind}const int {idx} = {geo.y_index(f'{oc} + {j}', y, x)};")
             if epilogue:
                 v = epilogue(v, idx, 1)
             store = f"Y[{idx}] = {v};"
             if lane_limit and j:
                 lines.append(f"{ind}if ({j} < lim) {store}")
             else:
-                lines.append(f"{ind}if (oc0 + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
+                lines.append(f"{ind}if ({oc} + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
         if conds:
             lines.append("    }")
     return lines
 
 
+def tile_ids(geo: Geometry, th: int, tw: int, cols_first: bool, blocks: int) -> list[str]:
+    """The kernel's first lines: this work-item's tile `t`, column `ob` (of `blocks`), image `n` and tile
+    origin; work-items past the last tile or column (global dimension 0 is rounded up to the work-group
+    size) return."""
+    t, ob = ("get_global_id(0)", "get_global_id(1)")[::-1 if cols_first else 1]
+    bound = f"ob >= {blocks}" if cols_first else f"t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}"
+    return [
+        f"    const int t = {t};  // output tile",
+        f"    const int ob = {ob};  // output channel column",
+        "    const int n = get_global_id(2);",
+        f"    if ({bound}) return;",
+        f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
+        f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
+    ]
+
+
 def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
-                 epilogue: Epilogue | None, cpg: int = 0) -> str:
+                 epilogue: Epilogue | None, cpg: int = 0, nc: int = 1, cols_first: bool = False,
+                 unroll: int = 0, planar: bool = False) -> str:
     """`cpg` > 0: grouped conv whose groups' output channels are padded to `cpg` columns of `width` each
-    (weights packed per group), so a group of 34 channels still gets 16-wide columns."""
+    (weights packed per group), so a group of 34 channels still gets 16-wide columns. `nc` > 1 (dense
+    convs): each work-item computes `nc` adjacent columns (weights packed `nc * width` wide), so each
+    broadcast input value feeds `nc` FMAs. `cols_first`: global dimension 0 walks the columns. `unroll`
+    > 0: the loop over a block's channels stays rolled, that many channels a trip. `planar`: P is the
+    NCHW input itself (hp x wp = the image, blocks of cb planes dividing a group), read with no repack."""
     cbn = math.ceil(geo.cg / cb)
     vt = vtype(width)
     r = th * tw
-    accs = [f"acc{i}" for i in range(r)]
-    offs = [(i // tw * geo.sh * wp + i % tw * geo.sw) * cb for i in range(r)]
+    accs = [[f"acc{i}" if c == 0 else f"acc{i}_{c}" for i in range(r)] for c in range(nc)]
+    # element strides in P: a pixel, a row, an input channel, a block of channels
+    px, row, chan = (1, wp, hp * wp) if planar else (cb, wp * cb, 1)
+    offs = [i // tw * geo.sh * row + i % tw * geo.sw * px for i in range(r)]
     ins = "__global const float* restrict P, __global const float* restrict W"
     ins += ", __global const float* restrict in2" if has_bias else ""
-    wload = "*wp" if width == 1 else f"vload{width}(0, wp)"
+    cw = width * nc  # output channels a work-item computes
     lines = [
         f"// conv2d {geo.kh}x{geo.kw} stride {geo.sh},{geo.sw} dilation {geo.dh},{geo.dw} groups {geo.g}: "
         f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
-        f"// tile: {th}x{tw} output pixels x one {vt} of output channels per work-item; input blocks of {cb}",
+        f"// tile: {th}x{tw} output pixels x {nc} {vt} of output channels a work-item; input blocks of {cb}",
         f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
-        "    const int t = get_global_id(0);  // output tile",
-        "    const int ob = get_global_id(1);  // output channel block",
-        "    const int n = get_global_id(2);",
-        f"    if (t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}) return;",
-        f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
-        f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
+        *tile_ids(geo, th, tw, cols_first, geo.g * cpg if cpg else math.ceil(geo.o / cw)),
         *([f"    const int grp = ob / {cpg};",
            f"    const int oc0 = grp * {geo.og} + ob % {cpg} * {width};",
            f"    const int lim = {geo.og} - ob % {cpg} * {width};  // valid lanes of this column"] if cpg else
-          [f"    const int oc0 = ob * {width};",
+          [f"    const int oc0 = ob * {cw};",
            f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;"]),
-        f"    const __global float* xb = P + ((long)(n * {geo.g} + grp) * {cbn * hp} + oh0 * {geo.sh})"
-        f" * {wp * cb} + ow0 * {geo.sw * cb};",
-        f"    const __global float* wp = W + ob * {cbn * geo.kh * geo.kw * cb * width};",
-        f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs)};",
+        f"    const __global float* xb = P + (long)(n * {geo.g} + grp) * {cbn * hp * wp * cb}"
+        f" + oh0 * {geo.sh * row} + ow0 * {geo.sw * px};",
+        f"    const __global float* wp = W + ob * {cbn * geo.kh * geo.kw * cb * cw};",
+        *(f"    {vt} {', '.join(f'{a} = 0.0f' for a in col)};" for col in accs),
         f"    for (int cbi = 0; cbi < {cbn}; ++cbi) {{",
         f"        for (int kh = 0; kh < {geo.kh}; ++kh) {{",
-        f"            const __global float* xr = xb + (cbi * {hp} + kh * {geo.dh}) * {wp * cb};",
-        f"            for (int kw = 0; kw < {geo.kw}; ++kw, wp += {cb * width}) {{",
-        f"                const __global float* xk = xr + kw * {geo.dw * cb};",
+        f"            const __global float* xr = xb + cbi * {hp * wp * cb} + kh * {geo.dh * row};",
+        f"            for (int kw = 0; kw < {geo.kw}; ++kw, wp += {cb * cw}) {{",
+        f"                const __global float* xk = xr + kw * {geo.dw * px};",
     ]
-    for ci in range(cb):
-        lines.append(f"                const {vt} w{ci} = {wload.replace('wp', f'(wp + {ci * width})')};")
-        lines += [f"                {a} = mad(xk[{off + ci}], w{ci}, {a});"
-                  for a, off in zip(accs, offs, strict=True)]
+    step = unroll if 0 < unroll < cb else cb  # input channels a loop iteration
+    ind, xk, wk = "                ", "xk", "wp"
+    if step < cb:
+        lines += [f"{ind}const __global float* xc = xk;", f"{ind}const __global float* wc = wp;",
+                  f"{ind}#pragma unroll 1",
+                  f"{ind}for (int ci = 0; ci < {cb}; ci += {step}, xc += {step * chan}, "
+                  f"wc += {step * cw}) {{"]
+        ind, xk, wk = ind + "    ", "xc", "wc"
+    for ci in range(step):
+        for c in range(nc):
+            at = ci * nc + c
+            load = f"{wk}[{at}]" if width == 1 else f"vload{width}({at}, {wk})"
+            lines.append(f"{ind}const {vt} w{ci}{f'_{c}' if nc > 1 else ''} = {load};")
+        for i, off in enumerate(offs):
+            if nc == 1:
+                lines.append(f"{ind}{accs[0][i]} = fma({xk}[{off + ci * chan}], w{ci}, {accs[0][i]});")
+                continue
+            lines.append(f"{ind}{{ const float x = {xk}[{off + ci * chan}];")
+            lines += [f"{ind}  {accs[c][i]} = fma(x, w{ci}_{c}, {accs[c][i]});" for c in range(nc)]
+            lines.append(f"{ind}}}")
+    if step < cb:
+        lines.append("                }")
     lines += ["            }", "        }", "    }"]
-    lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue, lane_limit=bool(cpg))
+    for c in range(nc):
+        oc = "oc0" if c == 0 else f"oc0 + {c * width}"
+        stores = store_pixels(geo, th, tw, width, accs[c], has_bias, epilogue, lane_limit=bool(cpg), oc=oc,
+                              tag="" if c == 0 else f"_{c}")
+        if c and geo.o % cw:  # a column past the last channel
+            stores = [f"    if ({oc} < {geo.o}) {{", *(f"    {ln}" for ln in stores), "    }"]
+        lines += stores
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
-                     epilogue: Epilogue | None) -> str:
+                     epilogue: Epilogue | None, cols_first: bool = False) -> str:
     """One channel block of `width`, a th x tw pixel tile; the KH*KW weight vectors live in registers and
     each input vector is loaded once for every tap of the tile that reads it."""
     vt = vtype(width)
@@ -320,12 +411,7 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
         f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
         f"// tile: {th}x{tw} output pixels x one {vt} of channels per work-item",
         f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
-        "    const int t = get_global_id(0);  // output tile",
-        "    const int ob = get_global_id(1);  // channel block",
-        "    const int n = get_global_id(2);",
-        f"    if (t >= {math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)}) return;",
-        f"    const int oh0 = t / {math.ceil(geo.wo / tw)} * {th};",
-        f"    const int ow0 = t % {math.ceil(geo.wo / tw)} * {tw};",
+        *tile_ids(geo, th, tw, cols_first, math.ceil(geo.c / width)),
         f"    const int oc0 = ob * {width};",
         f"    const __global float* xb = P + ((long)(n * {math.ceil(geo.c / width)} + ob) * {hp}"
         f" + oh0 * {geo.sh}) * {wp * width} + ow0 * {geo.sw * width};",
@@ -346,19 +432,20 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
     for (row, col), uses in sorted(reads.items()):
         lines.append("    {")
         lines.append(f"        const {vt} v = {load((row * wp + col) * width)};")
-        lines += [f"        acc{i} = mad(v, w{t}, acc{i});" for i, t in uses]
+        lines += [f"        acc{i} = fma(v, w{t}, acc{i});" for i, t in uses]
         lines.append("    }")
     lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False) -> tuple[int, int]:
-    """The schedule's tile, else pick_tile's; `exact`: prefer a tile dividing the output (no over-read, so
-    a blocked input can be read in place) when one of at least 8 pixels exists."""
-    th, tw = pick_tile(geo.ho, geo.wo)
+def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> tuple[int, int]:
+    """The schedule's tile, else pick_tile's (for `nc` columns a work-item); `exact`: prefer a tile
+    dividing the output (no over-read, so a blocked input can be read in place) when one exists."""
+    window = (geo.kh, geo.kw, geo.sh, geo.sw)
+    th, tw = pick_tile(geo.ho, geo.wo, 24 // nc, nc=nc, window=window)
     if exact and (geo.ho % th or geo.wo % tw):
-        eh, ew = pick_tile(geo.ho, geo.wo, exact=True)
+        eh, ew = pick_tile(geo.ho, geo.wo, 24 // nc, exact=True, nc=nc, window=window)
         th, tw = (eh, ew) if eh else (th, tw)
     th, tw = int(ctx.schedule.get("tile_h", th)), int(ctx.schedule.get("tile_w", tw))
     if th < 1 or tw < 1 or th * tw > 32:
@@ -383,12 +470,23 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     geo = Geometry(ctx)
     geo.in_block, geo.out_block = in_block, out_block
     has_bias = len(ctx.operands) > 2
-    th, tw = tile_override(ctx, geo, exact=bool(in_block) and not any(geo.pads))
+    nc = int(ctx.schedule.get("vcols", pick_vcols(geo)))
+    asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))
+    if "vcols" not in ctx.schedule and asked * nc > 32:
+        nc = 1  # a tile too large for two columns of accumulators
+    # with no pads, a tile dividing the output lets the kernel read its input in place: a blocked one, or
+    # an NCHW one plane by plane (an RGB stem, shufflenet's grouped 1x1 convs)
+    depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise)
+    th, tw = tile_override(ctx, geo, exact=direct, nc=max(nc, 1))
+    if nc < 1 or nc * th * tw > 32 or (nc > 1 and geo.g > 1):
+        raise NotLowerable(f"'conv2d' schedule vcols={nc}: 1 or more columns a work-item, at most 32 "
+                           f"accumulators ({th}x{tw} tile), several only for dense convs")
     hp, wp = geo.padded_input(th, tw)
     tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
-    depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
     # read a blocked in0 in place when its blocks are the kernel's and no pads or tile over-read are needed
     in_place = bool(in_block) and not any(geo.pads) and hp <= geo.h and wp <= geo.w
+    cols_first = bool(ctx.schedule.get("cols_first", False))
     if depthwise:
         default = in_block or out_block or pick_cols(geo.c)
         width = int(ctx.schedule.get("cols", default))
@@ -400,7 +498,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
             hp, wp = geo.h, geo.w
         first = (repack_blocked if in_block else repack_input)(geo, 1, geo.c, width, hp, wp)
         scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
-        src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue)
+        src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue, cols_first)
         blocks, cb = math.ceil(geo.c / width), width
     else:
         # a column of output channels stays inside one group: when the group size has no wide power-of-2
@@ -414,31 +512,50 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and not cpg and geo.og % width):
             raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16 and divide the "
                                f"{geo.og} output channels of a group")
-        default = in_block if in_block and geo.g == 1 else pick_block(geo.cg)
+        planar = direct and not in_block and hp <= geo.h and wp <= geo.w
+        planar = planar and planar_block(geo.cg) >= min(geo.cg, 4)
+        default = planar_block(geo.cg) if planar else pick_block(geo.cg)
+        default = in_block if in_block and geo.g == 1 else default
         cb = int(ctx.schedule.get("cin_block", default))
+        planar = planar and geo.cg % cb == 0  # a block never reads past its group's channels
         if cpg:
             pack = {1: PackSpec((2, 1), (cb, width), reshape=(geo.g, geo.og, geo.cg, geo.kh, geo.kw))}
         else:
-            pack = {1: PackSpec((1, 0), (cb, width))}
+            pack = {1: PackSpec((1, 0), (cb, width * nc))}
         in_place = in_place and geo.g == 1 and cb == in_block
-        if in_place:
-            hp, wp = geo.h, geo.w
+        if in_place or planar:
+            hp, wp, in_place = geo.h, geo.w, True
         first = (repack_blocked if in_block else repack_input)(geo, geo.g, geo.cg, cb, hp, wp)
         scratch = 4 * geo.n * geo.g * math.ceil(geo.cg / cb) * cb * hp * wp
-        src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg)
-        blocks = geo.g * cpg if cpg else math.ceil(geo.o / width)
-    local = 4
-    while local > 1 and math.ceil(tiles / local) * blocks * geo.n < 16:
-        local //= 2
+        unroll = int(ctx.schedule.get("unroll", pick_unroll(cb, nc)))
+        if unroll < 0 or (unroll and cb % unroll):
+            raise NotLowerable(f"'conv2d' schedule unroll={unroll} must divide the {cb} channels of a block")
+        src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg, nc, cols_first, unroll,
+                           planar)
+        blocks = geo.g * cpg if cpg else math.ceil(geo.o / (width * nc))
+    along = blocks if cols_first else tiles  # work-items along global dimension 0
+    local = int(ctx.schedule.get("local", 4))
+    if "local" not in ctx.schedule:
+        while local > 1 and math.ceil(along / local) * (tiles * blocks // along) * geo.n < 16:
+            local //= 2
+    if local < 1:
+        raise NotLowerable(f"'conv2d' schedule local={local} must be positive")
     x = "in0" if in_place else "tmp0"
     args = (x, "in1", "in2", "out0") if has_bias else (x, "in1", "out0")
-    main = Kernel(src, (math.ceil(tiles / local) * local, blocks, geo.n), (local, 1, 1), args)
+    grid = (math.ceil(along / local) * local, tiles * blocks // along, geo.n)
+    main = Kernel(src, grid, (local, 1, 1), args)
     kernels = [main] if in_place else [first, main]
     if out_block and geo.o % out_block:
         kernels.append(zero_channel_tail(geo))
     schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width}
     if not depthwise:
         schedule["cin_block"] = cb
-    if in_block or out_block:
+    if nc > 1:
+        schedule["vcols"] = nc
+    if cols_first:
+        schedule["cols_first"] = True
+    if not depthwise and 0 < unroll < cb:
+        schedule["unroll"] = unroll
+    if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
     return Lowered(kernels, [] if in_place else [scratch], pack, schedule)
