@@ -9,9 +9,11 @@
 `shapes` imports each model, runs -O2 and lists every distinct conv2d (input/weight shapes, attributes and
 the NCHWc blocks of its fused region: in_block when the region unpacks the conv's input, out_block when it
 packs its output), how often each model uses it and its MFLOP; the list is cached in
-bench/results/conv_shapes.json. `default` times each shape with the template's own choices (what a
-compiled model gets), `sweep` over a grid of `schedule` overrides, printing the best few per shape,
-`compare` the defaults of another version of conv.py against the installed one's.
+~/.cache/tessel/conv_shapes.json (--refresh re-imports). `default` times each shape with the template's
+own choices (what a compiled model gets), `sweep` over a grid of `schedule` overrides, printing the best
+few per shape, `compare` the defaults of another version of conv.py against the installed one's
+(interleaved rounds, totals weighted by the shapes' uses). --cold: the weights come from DRAM, as in a
+model whose weights exceed the L3.
 
 Timing: the kernels of one conv (repack and main, plus a ReLU epilogue as fused regions have) are
 enqueued on a profiling queue; one iteration's time is the sum of its kernels' profiling events, and the
@@ -48,7 +50,7 @@ MODELS = (
     "bvlc_alexnet",
     "zfnet512",
 )
-CACHE = Path(__file__).resolve().parent / "results" / "conv_shapes.json"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tessel" / "conv_shapes.json"
 
 
 @dataclass
