@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
@@ -77,3 +78,25 @@ def evaluate(op: Op, inputs: list[np.ndarray], module: Module) -> list[np.ndarra
 
 def const_op(anchor_loc: Loc, attr: DenseAttr | ResourceAttr) -> Op:
     return Op("const", (), [attr.type], {"value": attr}, loc=anchor_loc)
+
+
+def producer(v: Value, *names: str) -> Op | None:
+    """The op defining `v` when its name is one of `names`."""
+    op = v.op
+    return op if op is not None and op.name in names else None
+
+
+class Refuser:
+    """Reports a pattern pass's refusal once per (root op, reason): bumps `num-refused` and emits a missed
+    remark of category `pattern`. Call as `refuse(root, reason, ops, message)`."""
+
+    def __init__(self, pass_: Any, ctx: Any) -> None:
+        self.pass_, self.ctx = pass_, ctx
+        self.seen: set[tuple[int, str]] = set()
+
+    def __call__(self, root: Op, reason: str, ops: list[Op], message: str) -> None:
+        if (id(root), reason) in self.seen:
+            return
+        self.seen.add((id(root), reason))
+        self.pass_.stat("num-refused")
+        self.ctx.remark_missed("pattern", reason, ops, message)

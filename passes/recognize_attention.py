@@ -36,14 +36,9 @@ from ..ir.attributes import Attr
 from ..ir.core import Module, Op, Value, fuse_locs
 from ..ir.ops.registry import OpError, get_op
 from ..ir.types import TensorType
-from .common import splat_value
+from .common import Refuser, producer, splat_value
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
-
-
-def _producer(v: Value, *names: str) -> Op | None:
-    op = v.op
-    return op if op is not None and op.name in names else None
 
 
 @dataclass
@@ -59,40 +54,34 @@ class RecognizeAttention(Pass):
     }
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        seen: set[tuple[int, str]] = set()
-
-        def refuse(root: Op, reason: str, ops: list[Op], message: str) -> None:
-            if (id(root), reason) not in seen:
-                seen.add((id(root), reason))
-                self.stat("num-refused")
-                ctx.remark_missed("pattern", reason, ops, message)
+        refuse = Refuser(self, ctx)
 
         def attention(op: Op, rw: Rewriter) -> bool:
             # matmul(softmax(matmul(q, transpose(k)) * c + mask), v) -> attention(q, k, v, mask) {scale = c}
             p_v, v = op.operands
-            sm = _producer(p_v, "softmax")
+            sm = producer(p_v, "softmax")
             if sm is None:
                 return False
             chain = [sm]  # softmax back to the scores matmul
             s = sm.operands[0]
             mask = None
-            add = _producer(s, "add")
+            add = producer(s, "add")
             if add is not None:
                 chain.append(add)
                 a, b = add.operands
                 # the scores side is the one that leads (through an optional scale) to a matmul
                 s, mask = (a, b) if _leads_to_scores(a) else (b, a)
-            scale, scale_op = 1.0, _producer(s, "mul", "div")
+            scale, scale_op = 1.0, producer(s, "mul", "div")
             if scale_op is not None:
                 chain.append(scale_op)
                 a, b = scale_op.operands
-                if scale_op.name == "mul" and _producer(a, "matmul") is None and _producer(b, "matmul"):
+                if scale_op.name == "mul" and producer(a, "matmul") is None and producer(b, "matmul"):
                     a, b = b, a
                 s = a
                 c = splat_value(b, module)
                 ops = [*chain[::-1], op]
                 if c is None or isinstance(c, bool) or (scale_op.name == "div" and float(c) == 0.0):
-                    if _producer(s, "matmul") is not None:
+                    if producer(s, "matmul") is not None:
                         refuse(
                             op,
                             "not-constant",
@@ -101,7 +90,7 @@ class RecognizeAttention(Pass):
                         )
                     return False
                 scale = float(c) if scale_op.name == "mul" else 1.0 / float(c)
-            qk = _producer(s, "matmul")
+            qk = producer(s, "matmul")
             if qk is None:
                 return False
             chain.append(qk)
@@ -199,7 +188,7 @@ def _leads_to_scores(v: Value) -> bool:
         return False
     if op.name == "matmul":
         return True
-    return op.name in ("mul", "div") and any(_producer(x, "matmul") is not None for x in op.operands)
+    return op.name in ("mul", "div") and any(producer(x, "matmul") is not None for x in op.operands)
 
 
 def _next(chain: list[Op], op: Op) -> Op:
@@ -222,7 +211,7 @@ def _perm(t: Op) -> list[int]:
 
 def _as_transpose(x: Value) -> tuple[Value, list[int], Op | None]:
     """(src, perm, t) with x = transpose(src, perm) made by op t, or (x, identity, None)."""
-    t = _producer(x, "transpose")
+    t = producer(x, "transpose")
     if t is None:
         return x, list(range(x.type.rank)), None
     return t.operands[0], _perm(t), t

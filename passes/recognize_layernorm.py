@@ -25,14 +25,9 @@ from ..ir.attributes import Attr, DenseAttr
 from ..ir.core import Module, Op, Value, fuse_locs
 from ..ir.ops.registry import OpError, get_op
 from ..ir.types import TensorType
-from .common import splat_value
+from .common import Refuser, producer, splat_value
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
-
-
-def _producer(v: Value, *names: str) -> Op | None:
-    op = v.op
-    return op if op is not None and op.name in names else None
 
 
 def _axes(op: Op) -> list[int] | None:
@@ -54,7 +49,7 @@ class _Match:
 
 
 class _Matcher:
-    def __init__(self, module: Module, ctx: PassContext, refuse: _Refuser) -> None:
+    def __init__(self, module: Module, ctx: PassContext, refuse: Refuser) -> None:
         self.module, self.ctx, self.refuse = module, ctx, refuse
 
     def splat(self, v: Value) -> float | None:
@@ -65,28 +60,28 @@ class _Matcher:
         # y = d / sqrt(var + eps) or d * reciprocal(sqrt(var + eps))
         if y.name == "div":
             d, den = y.operands
-            sq = _producer(den, "sqrt")
+            sq = producer(den, "sqrt")
             recip = None
         else:
             a, b = y.operands
-            recip = _producer(b, "reciprocal") or _producer(a, "reciprocal")
+            recip = producer(b, "reciprocal") or producer(a, "reciprocal")
             if recip is None:
                 return None
             d = a if recip is b.op else b
-            sq = _producer(recip.operands[0], "sqrt")
+            sq = producer(recip.operands[0], "sqrt")
         if sq is None:
             return None
-        add = _producer(sq.operands[0], "add")
-        sub = _producer(d, "sub")
+        add = producer(sq.operands[0], "add")
+        sub = producer(d, "sub")
         if add is None or sub is None:
             return None
-        var_v = next((v for v in add.operands if _producer(v, "reduce_mean") is not None), None)
+        var_v = next((v for v in add.operands if producer(v, "reduce_mean") is not None), None)
         if var_v is None:
             return None
         eps_v = add.operands[1] if var_v is add.operands[0] else add.operands[0]
         var = var_v.op
         x, mean_v = sub.operands
-        mean = _producer(mean_v, "reduce_mean")
+        mean = producer(mean_v, "reduce_mean")
         if var is None or mean is None or mean.operands[0] is not x:
             return None
         square = self.square_of(var.operands[0], d)
@@ -135,19 +130,6 @@ class _Matcher:
         return None
 
 
-class _Refuser:
-    def __init__(self, pass_: RecognizeLayerNorm, ctx: PassContext) -> None:
-        self.pass_, self.ctx = pass_, ctx
-        self.seen: set[tuple[int, str]] = set()
-
-    def __call__(self, root: Op, reason: str, ops: list[Op], message: str) -> None:
-        if (id(root), reason) in self.seen:
-            return
-        self.seen.add((id(root), reason))
-        self.pass_.stat("num-refused")
-        self.ctx.remark_missed("pattern", reason, ops, message)
-
-
 def _affine(y: Op, x: Value, axis: int, kind: str) -> tuple[Op, Value] | None:
     """The single user of y's result that is `y * gamma` (kind "mul") or `y + beta` ("add") with the other
     operand broadcasting to the normalized dims without changing the type: (that op, gamma or beta)."""
@@ -177,7 +159,7 @@ class RecognizeLayerNorm(Pass):
     }
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        refuse = _Refuser(self, ctx)
+        refuse = Refuser(self, ctx)
         matcher = _Matcher(module, ctx, refuse)
 
         def layer_norm(op: Op, rw: Rewriter) -> bool:

@@ -15,14 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.core import Module, Op, Value, fuse_locs
+from ..ir.core import Module, Op, fuse_locs
+from .common import Refuser, producer
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
-
-
-def _producer(v: Value, name: str) -> Op | None:
-    op = v.op
-    return op if op is not None and op.name == name else None
 
 
 def _axes(op: Op) -> tuple[list[int], bool]:
@@ -43,23 +39,17 @@ class RecognizeSoftmax(Pass):
     }
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        seen: set[tuple[int, str]] = set()
-
-        def refuse(root: Op, reason: str, ops: list[Op], message: str) -> None:
-            if (id(root), reason) not in seen:
-                seen.add((id(root), reason))
-                self.stat("num-refused")
-                ctx.remark_missed("pattern", reason, ops, message)
+        refuse = Refuser(self, ctx)
 
         def softmax(op: Op, rw: Rewriter) -> bool:
             # exp(x - max(x, a)) / sum(exp(x - max(x, a)), a) -> softmax(x) {axis = a}
             e_v, s_v = op.operands
-            exp, total = _producer(e_v, "exp"), _producer(s_v, "reduce_sum")
+            exp, total = producer(e_v, "exp"), producer(s_v, "reduce_sum")
             if exp is None or total is None or total.operands[0] is not e_v:
                 return False
             x = exp.operands[0]
-            sub = _producer(x, "sub")
-            mx = _producer(sub.operands[1], "reduce_max") if sub is not None else None
+            sub = producer(x, "sub")
+            mx = producer(sub.operands[1], "reduce_max") if sub is not None else None
             if sub is not None and mx is not None and mx.operands[0] is sub.operands[0]:
                 x = sub.operands[0]
                 ops = [mx, sub, exp, total, op]
@@ -79,15 +69,15 @@ class RecognizeSoftmax(Pass):
                 both = ", the same for both" if len(reductions) > 1 else ""
                 refuse(op, "reduction-axis", ops, f"{desc}: softmax needs one kept axis{both}")
                 return False
-            for producer, allowed in inner:
-                extra = [u for u in producer.result.users if id(u) not in allowed]
+            for inner_op, allowed in inner:
+                extra = [u for u in inner_op.result.users if id(u) not in allowed]
                 if extra:
                     n = len(extra)
                     refuse(
                         op,
                         "multi-use",
                         ops,
-                        f"'{producer.name}' inside the softmax pattern has {n} other "
+                        f"'{inner_op.name}' inside the softmax pattern has {n} other "
                         f"user{'s' if n > 1 else ''}",
                     )
                     return False
