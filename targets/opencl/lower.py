@@ -133,28 +133,15 @@ def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
         )
         _replace(block, op, view)
         return
-    if op.name == "kernel":
-        fallback: list[tuple[Op, str]] = []
-        launch = _launch(module, block, op, _Probe(st, fallback))
-        if launch is None:  # no single fused kernel for this region: run its ops one launch each
-            _inline_region(module, block, op, st)
-            return
-    else:
-        launch = _launch(module, block, op, st)
+    failed = len(st.failures)
+    launch = _launch(module, block, op, st)
+    if launch is None and op.name == "kernel":
+        # no single fused kernel for this region: not an error, run its ops one launch each
+        del st.failures[failed:]
+        _inline_region(module, block, op, st)
+        return
     if launch is not None:
         _replace(block, op, launch)
-
-
-class _Probe:
-    """The lowering state seen by a fused `kernel` template: failures are collected apart, so a region
-    without a single fused kernel falls back to its ops instead of failing the module."""
-
-    def __init__(self, st: _State, failures: list[tuple[Op, str]]) -> None:
-        self._st = st
-        self.failures = failures
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._st, name)
 
 
 def _inline_region(module: Module, block: Block, op: Op, st: _State) -> None:
