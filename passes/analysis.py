@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..ir.core import Func, Module, Op, Value
 from ..ir.ops.registry import Cost, OpError, get_op, op_sig
-from .liveness import plan_buffers
+from .liveness import may_write_in_place, plan_buffers
 
 VIEWS = ("reshape", "identity", "buf.view")
 HOST = ("const", "return", "cl.program", "buf.alloc")
@@ -133,14 +133,7 @@ def liveness(module: Module) -> str:
         def view_of(op: Op) -> Value | None:
             return op.operands[0] if is_view(op) and op.operands else None
 
-        def in_place(op: Op, i: int) -> bool:
-            d = get_op(op.name)
-            ew = (d is not None and d.has("elementwise") and not op.regions) or (
-                op.name == "kernel" and op.attrs.get("kind") == "elementwise")
-            return (ew and len(op.results) == 1 and op.operands.count(op.operands[i]) == 1
-                    and op.operands[i].type == op.results[0].type)
-
-        plan = plan_buffers(ops, _member(ks), view_of, in_place, _scratch)
+        plan = plan_buffers(ops, _member(ks), view_of, may_write_in_place, _scratch)
         inplace = {id(op) for op, _ in plan.in_place}
         out.append(f"liveness @{f.name}")
         for op in ops:

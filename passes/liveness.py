@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..ir.core import Op, Value
+from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
 
 
@@ -110,3 +111,13 @@ def plan_buffers(ops: list[Op], is_kernel: Callable[[Op], bool], view_of: Callab
                 free.append(holder[r])
                 live_bytes -= size[r]
     return plan
+
+
+def may_write_in_place(op: Op, i: int) -> bool:
+    """Whether graph/kernel-level `op` may write its one result over operand i: it is elementwise (an op
+    with the trait, or an elementwise `kernel` region), reads operand i once, at the result's type."""
+    d = get_op(op.name)
+    elementwise = (d is not None and d.has("elementwise") and not op.regions) or (
+        op.name == "kernel" and op.attrs.get("kind") == "elementwise")
+    return (elementwise and len(op.results) == 1 and op.operands.count(op.operands[i]) == 1
+            and op.operands[i].type == op.results[0].type)

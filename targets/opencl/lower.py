@@ -25,7 +25,7 @@ from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
 from ...passes.analysis import op_cost, region_ops
-from ...passes.liveness import plan_buffers
+from ...passes.liveness import may_write_in_place, plan_buffers
 from .device import preamble
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
@@ -272,16 +272,13 @@ def plan_memory(block: Block) -> list[int]:
 
 
 def launch_in_place(op: Op, i: int) -> bool:
-    """Whether a launch may write its result over operand i: its body is one elementwise op (or an
-    elementwise kernel region) reading operand i unpacked, at full shape, and not twice."""
+    """Whether a launch may write its result over operand i: its body is one op that may (an elementwise
+    op or region, passes/liveness.py) and reads operand i unpacked, straight from the block argument."""
     body = op.regions[0].blocks[0]
     inner = [o for o in body.ops if o.name != "yield"]
-    if len(inner) != 1 or len(op.results) != 1 or op.operands.count(op.operands[i]) > 1:
-        return False
-    d = get_op(inner[0].name)
-    elementwise = d is not None and d.has("elementwise") or (
-        inner[0].name == "kernel" and inner[0].attrs.get("kind") == "elementwise")
-    return elementwise and inner[0].operands[i] is body.args[i] and op.operands[i].type == op.results[0].type
+    return (len(inner) == 1 and len(op.results) == 1 and op.operands.count(op.operands[i]) == 1
+            and len(inner[0].operands) == len(op.operands)
+            and inner[0].operands[i] is body.args[i] and may_write_in_place(inner[0], i))
 
 
 def _bytes(t: TensorType) -> int:
