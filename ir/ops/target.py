@@ -23,7 +23,8 @@ def _nothing(sig: Sig, *args: np.ndarray) -> list[np.ndarray]:
 
 def _launch_verify(sig: Sig) -> None:
     kernels = sig["kernels"]
-    check(isinstance(kernels, list) and kernels, "'kernels' must be a non-empty list of kernel dicts")
+    check(isinstance(kernels, list) and (bool(kernels) or sig["assembled"]),
+          "'kernels' must be a non-empty list of kernel dicts (empty only for an `assembled` launch)")
     for k in kernels:
         check(
             isinstance(k, dict) and isinstance(k.get("name"), str),
@@ -46,6 +47,10 @@ def _launch_verify(sig: Sig) -> None:
                 all(g % lo == 0 for g, lo in zip(glob, local, strict=True)),
                 f"kernel '{k['name']}': global size {glob} is not a multiple of local size {local}",
             )
+    check(
+        not sig["offsets"] or (len(sig["offsets"]) == len(sig.results) and min(sig["offsets"]) >= 0),
+        f"'offsets' needs one non-negative byte offset for each of the {len(sig.results)} results",
+    )
     want = len(sig.results) + len(sig["scratch"])
     check(
         len(sig["buffers"]) == want,
@@ -105,13 +110,17 @@ register(
             "scratch": attr("ints", []),
             "flops": attr("int", 0),
             "schedule": attr("any", {}),
+            "offsets": attr("ints", []),
+            "assembled": attr("bool", False),
         },
         traits=frozenset({"target", "region-body"}),
         cost=_launch_cost,
         doc="Enqueues `kernels` (each `{name, global, local, args}`) of the func's cl.program. "
         "`buffers` names "
-        "the plan's buffer of each result, then of each temporary (`scratch`, in bytes). The region is its "
-        "reference body.",
+        "the plan's buffer of each result, then of each temporary (`scratch`, in bytes); `offsets`, when "
+        "present, the byte offset of each result in its buffer (a slice of a concatenation assembled in "
+        "place). `assembled`: a concat whose operands' producers already wrote its result; it has no "
+        "kernels. The region is its reference body.",
     )
 )
 

@@ -88,6 +88,7 @@ def device_info(d: Any) -> DeviceInfo:
         fp64="cl_khr_fp64" in ext,
         fp16="cl_khr_fp16" in ext,
         is_cpu=bool(d.type & pcl.device_type.CPU),
+        base_align=max(int(d.mem_base_addr_align) // 8, 4),
     )
 
 

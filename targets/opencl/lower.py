@@ -92,7 +92,7 @@ def lower_func(module: Module, func: Func, info: DeviceInfo) -> list[tuple[Op, s
         _lower_op(module, block, op, st)
     if st.failures:
         return st.failures
-    plan = plan_memory(block)
+    plan = plan_memory(block, info)
     allocs = [Op("buf.alloc", attrs={"id": i, "bytes": n}) for i, n in enumerate(plan)]
     program = Op("cl.program", attrs={"source": preamble(info) + "\n".join(st.program)})
     for op in reversed([program, *allocs]):
@@ -253,10 +253,13 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     return Op("cl.launch", operands, op.result_types, attrs, [Region([body])], loc=op.loc, pos=op.pos)
 
 
-def plan_memory(block: Block) -> list[int]:
-    """Assign each launch result (and scratch buffer) a buffer, reusing buffers of dead values and writing
-    elementwise results in place over an operand that dies there (passes/liveness.py); sets each launch's
-    `buffers` and returns the buffers' sizes in bytes."""
+def plan_memory(block: Block, info: DeviceInfo | None = None) -> list[int]:
+    """Assign each launch result (and scratch buffer) a buffer, reusing buffers of dead values, writing
+    elementwise results in place over an operand that dies there and assembling concatenations in place
+    (passes/liveness.py); sets each launch's `buffers` (and `offsets`, bytes into them, when a result lives
+    inside a concatenation) and returns the buffers' sizes in bytes. An assembled concat keeps its launch
+    with no kernels (`assembled`): its operands' producers already wrote its result."""
+    align = (info or DeviceInfo.generic()).base_align
     ops = list(block.ops)
     plan = plan_buffers(
         ops,
@@ -264,11 +267,39 @@ def plan_memory(block: Block) -> list[int]:
         view_of=lambda op: op.operands[0] if op.name == "buf.view" else None,
         in_place=launch_in_place,
         scratch=lambda op: [int(n) for n in op.attrs.get("scratch", [])],
+        placements=lambda op: concat_offsets(op, align),
     )
     for op in ops:
         if op.name == "cl.launch":
             op.attrs["buffers"] = [plan.buffer[id(v)] for v in op.results] + plan.scratch[id(op)]
+            offsets = [plan.offset.get(id(v), 0) for v in op.results]
+            if any(offsets):
+                op.attrs["offsets"] = offsets
+    for op in plan.assembled:
+        op.attrs["kernels"] = []
+        op.attrs["assembled"] = True
     return plan.sizes
+
+
+def concat_offsets(op: Op, align: int) -> list[int] | None:
+    """The byte offset of each operand in the result of a launch that only concatenates its operands along
+    an axis with nothing but size-1 dims before it (so each operand is one contiguous slice), when every
+    offset is a multiple of the device's sub-buffer alignment `align`; None for any other launch."""
+    body = op.regions[0].blocks[0]
+    inner = [o for o in body.ops if o.name != "yield"]
+    if len(inner) != 1 or inner[0].name != "concat" or list(inner[0].operands) != list(body.args):
+        return None
+    t = op.results[0].type
+    axis = int(inner[0].attrs["axis"]) % t.rank
+    if any(d != 1 for d in t.dims[:axis]):
+        return None
+    offsets, at = [], 0
+    for v in op.operands:
+        if at % align:
+            return None
+        offsets.append(at)
+        at += _bytes(v.type)
+    return offsets
 
 
 def launch_in_place(op: Op, i: int) -> bool:

@@ -182,6 +182,9 @@ class Executable:
     def _launch(self, index: int, op: Op) -> None:
         n = len(op.results)
         buffers = [self.slots[b] for b in op.attrs["buffers"]]
+        for j, at in enumerate(op.attrs.get("offsets", [])):
+            if at:  # the result lives inside a concatenation assembled in place (lower.plan_memory)
+                buffers[j] = self._sub_buffer(buffers[j], int(at), op.results[j].type.nbytes, op)
         for r, b in zip(op.results, buffers[:n], strict=True):
             self.buf[id(r)] = b
         table = {f"in{i}": self._device(v) for i, v in enumerate(op.operands)}
@@ -208,6 +211,15 @@ class Executable:
                     nbytes if last else 0,
                 )
             )
+
+    def _sub_buffer(self, slot: Any, offset: int, size: int, op: Op) -> Any:
+        align = max(int(self.device.mem_base_addr_align) // 8, 1)
+        if offset % align:
+            raise DiagnosticError(Diagnostic(
+                "error", f"a result at byte offset {offset} of its buffer needs sub-buffers aligned to "
+                f"{align} bytes on this device: lower the module for it (tessel-codegen --device)",
+                op.pos, op.loc))
+        return slot.get_sub_region(offset, max(size, 4))
 
     # running ----------------------------------------------------------------------------------------
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:

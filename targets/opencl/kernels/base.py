@@ -40,6 +40,7 @@ class DeviceInfo:
     fp64: bool = True
     fp16: bool = False
     is_cpu: bool = True
+    base_align: int = 128  # bytes: sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
 
     @staticmethod
     def generic() -> DeviceInfo:

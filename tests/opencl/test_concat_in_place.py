@@ -1,0 +1,52 @@
+"""Concatenations assembled in place (passes/liveness.py placements, targets/opencl/lower.plan_memory):
+the lit cases of lit_tests/targets/opencl/codegen-concat-in-place.tsl run on OpenCL to the numpy
+interpreter's results, and on densenet121 (-O2) every concat is assembled with no copy kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from tessel.cli.common import SPLIT_MARKER
+from tessel.frontends.onnx.importer import import_model
+from tessel.ir.parser import parse_module
+from tessel.passes.manager import PassManager
+from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+from tessel.targets.numpy.interpreter import run_func
+from tessel.targets.opencl.lower import lower_module
+from tessel.targets.opencl.runtime import Executable
+
+LIT = Path(__file__).resolve().parents[2] / "lit_tests" / "targets" / "opencl" / "codegen-concat-in-place.tsl"
+CHUNKS = SPLIT_MARKER.split(LIT.read_text())
+
+
+def random_inputs(func, seed: int = 0) -> list[np.ndarray]:  # noqa: ANN001
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, a.type.dims).astype(np.float32) for a in func.args]
+
+
+@pytest.mark.parametrize("chunk", range(len(CHUNKS)))
+def test_lit_cases_run(chunk: int) -> None:
+    want_module = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
+    func = want_module.funcs[0]
+    inputs = random_inputs(func)
+    want = run_func(want_module, func, inputs)
+    m = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
+    lower_module(m)
+    got = Executable(m, m.funcs[0]).run(inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_densenet_concats_assembled() -> None:
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_densenet121.onnx"
+    m = import_model(path.read_bytes(), path.name)
+    PassManager(parse_pipeline(O_LEVELS[2])).run(m)
+    concats = sum(1 for op in m.funcs[0].block.ops if op.name == "concat")
+    lower_module(m)
+    launches = [op for op in m.funcs[0].block.ops if op.name == "cl.launch"]
+    assembled = [op for op in launches if op.attrs.get("assembled")]
+    assert concats == 58 and len(assembled) == concats
+    assert all(not op.attrs["kernels"] for op in assembled)
