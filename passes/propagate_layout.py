@@ -43,6 +43,8 @@ from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 ANCHORS = ("conv2d", *POOLS)
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+# mark, during the pass, the convs that read (write) NCHW only: no anchors on that side
+NCHW_INPUT, NCHW_OUTPUT = "propagate_layout.nchw_input", "propagate_layout.nchw_output"
 
 
 @dataclass(frozen=True)
@@ -161,8 +163,10 @@ def _create(
 
 
 def _is_anchor_input(op: Op, v: Value) -> bool:
-    """Whether anchor `op` reads `v` as its input (operand 0) and nowhere else."""
-    return op.name in ANCHORS and op.operands[0] is v and v not in op.operands[1:]
+    """Whether anchor `op` reads `v` as its input (operand 0) and nowhere else; a conv whose input side
+    was refused the layout (a grouped conv with groups of 68 channels) is no anchor for its input."""
+    return (op.name in ANCHORS and op.operands[0] is v and v not in op.operands[1:]
+            and not op.attrs.get(NCHW_INPUT, False))
 
 
 def _top_level(op: Op) -> bool:
@@ -227,10 +231,15 @@ class PropagateLayout(Pass):
         }
         apply_patterns_greedily(module, cleanup)
         self.report(module, lay, ctx)
+        for func in module.funcs:
+            for op in func.block.ops:
+                op.attrs.pop(NCHW_INPUT, None)
+                op.attrs.pop(NCHW_OUTPUT, None)
 
     # 1. anchors -------------------------------------------------------------------------------------------
     def anchor_conv(self, conv: Op, lay: Layout, rw: Rewriter, ctx: PassContext) -> None:
         x, y = conv.operands[0].type, conv.result.type
+        conv.attrs[NCHW_INPUT] = conv.attrs[NCHW_OUTPUT] = True  # until a side is given the layout
         if not (x.is_static and y.is_static):
             self.stat("num-refused")
             ctx.remark_missed("layout", "dynamic-shape", [conv], f"conv2d on {x} has a dynamic shape")
@@ -241,6 +250,20 @@ class PropagateLayout(Pass):
             return
         c_in, c_out = x.dims[1], y.dims[1]
         side_in, side_out = lay.accepts(c_in), lay.accepts(c_out)
+        groups = int(conv.attrs.get("groups", 1))
+        if 1 < groups < c_in and lay.kind == "nchwc":
+            # a grouped (not depthwise) conv reads and writes whole blocks only when its groups do
+            side_in, side_out = side_in and lay.accepts(c_in // groups), side_out and lay.accepts(c_out // groups)
+            if not (side_in or side_out):
+                self.stat("num-refused")
+                ctx.remark_missed(
+                    "layout",
+                    "group-not-multiple",
+                    [conv],
+                    f"conv2d {c_in} -> {c_out} channels in {groups} groups: no group's channels are a "
+                    f"multiple of {lay.block}",
+                )
+                return
         if not (side_in or side_out):
             self.stat("num-refused")
             ctx.remark_missed(
@@ -252,8 +275,10 @@ class PropagateLayout(Pass):
             return
         self.stat("num-anchored")
         if side_in:
+            del conv.attrs[NCHW_INPUT]
             conv.set_operand(0, lay.back(rw, conv, lay.to(rw, conv, conv.operands[0]), x))
         if side_out:
+            del conv.attrs[NCHW_OUTPUT]
             packed = lay.to(rw, conv, conv.result, after=True)
             assert packed.op is not None
             back = lay.back(rw, packed.op, packed, y, after=True)
@@ -426,7 +451,8 @@ class PropagateLayout(Pass):
                 return False
             assert to is not None
             x = to.operands[0]
-            if x.op is not None and x.op.name in ANCHORS and len(x.uses) == 1:  # the anchor writes blocked
+            if (x.op is not None and x.op.name in ANCHORS and not x.op.attrs.get(NCHW_OUTPUT, False)
+                    and len(x.uses) == 1):  # the anchor writes blocked
                 if all(_is_anchor_input(u, op.result) for u in op.result.users) or len(to.result.uses) > 1:
                     return False
                 _, reason, message, ops = self.why_back(op, lay)
