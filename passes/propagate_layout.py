@@ -4,7 +4,9 @@ at most a couple of layout changes.
 1. Anchors: each 4-D f32 `conv2d` whose input (output) channels are a multiple of `block` reads (writes)
    the layout: `x -> conv -> users` becomes `pack(x) -> unpack -> conv -> pack -> unpack -> users`. A conv
    with only one side's channels a multiple (the 3-channel stem) gets that side; one with neither is
-   refused (`channels-not-multiple`), as are dynamic shapes and other element types.
+   refused (`channels-not-multiple`), as are dynamic shapes and other element types. A grouped conv takes
+   a side only when its groups' channels are whole blocks (`group-not-multiple`); a side a conv refused
+   is no anchor there (the cleanup folds the pairs around it).
 2. Propagation, by greedy patterns: `pack(unpack(a))` -> `a`; an `unpack` sinks through elementwise ops
    whose other operands are unpacks of the same layout or constants (a splat or all-ones shape stays; a
    per-channel [1, C, 1, 1] / [C, 1, 1], a per-pixel [1, 1, H, W] or a full constant is converted, its
@@ -253,7 +255,8 @@ class PropagateLayout(Pass):
         groups = int(conv.attrs.get("groups", 1))
         if 1 < groups < c_in and lay.kind == "nchwc":
             # a grouped (not depthwise) conv reads and writes whole blocks only when its groups do
-            side_in, side_out = side_in and lay.accepts(c_in // groups), side_out and lay.accepts(c_out // groups)
+            side_in = side_in and lay.accepts(c_in // groups)
+            side_out = side_out and lay.accepts(c_out // groups)
             if not (side_in or side_out):
                 self.stat("num-refused")
                 ctx.remark_missed(
