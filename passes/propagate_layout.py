@@ -252,7 +252,8 @@ class PropagateLayout(Pass):
             return
         c_in, c_out = x.dims[1], y.dims[1]
         side_in, side_out = lay.accepts(c_in), lay.accepts(c_out)
-        groups = int(conv.attrs.get("groups", 1))
+        g = conv.attrs.get("groups", 1)
+        groups = g if isinstance(g, int) else 1
         if 1 < groups < c_in and lay.kind == "nchwc":
             # a grouped (not depthwise) conv reads and writes whole blocks only when its groups do
             side_in = side_in and lay.accepts(c_in // groups)
