@@ -28,9 +28,24 @@ def rand(*shape: int, dtype: str = "float32") -> np.ndarray:
     ((1, 16, 4, 8), [0, 2, 3, 1], "int32"),  # NCHW -> NHWC merged to a tiled [16, 32] transpose
     ((3, 1, 4, 2, 5), [4, 1, 0, 3, 2], "int8"),
     ((6, 7), [1, 0], "bool"),
+    ((1, 4, 34, 28, 28), [0, 2, 1, 3, 4], "float32"),  # channel shuffle: whole planes, a run a work-item
+    ((1, 4, 17, 7, 7), [0, 2, 1, 3, 4], "float32"),  # runs of 49: scalar copies
+    ((2, 3, 20), [1, 0, 2], "int8"),
 ])
 def test_transpose(shape, perm, dtype):
     check_op("transpose", [rand(*shape, dtype=dtype)], {"perm": perm})
+
+
+@pytest.mark.parametrize("shape, perm, runs", [
+    ((1, 4, 34, 28, 28), [0, 2, 1, 3, 4], "136 runs of 784"),
+    ((1, 4, 17, 7, 7), [0, 2, 1, 3, 4], "68 runs of 49"),
+])
+def test_transpose_copies_whole_runs(shape, perm, runs):
+    """A transpose that keeps the innermost dims (shufflenet's channel shuffle) copies each contiguous run
+    in one work-item instead of decoding coordinates per vector."""
+    x = rand(*shape)
+    _, lowered = lower_op("transpose", [TensorType.of(x)], {"perm": perm})
+    assert runs in lowered.kernels[0].source
 
 
 def test_reshape():

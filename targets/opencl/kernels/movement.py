@@ -8,7 +8,9 @@ expand, tile, pad, depth_to_space, pack and unpack are all the one kernel; adjac
 contiguous are merged first, so a slice of whole rows or a concat piece is a 2-D block copy. V is the
 widest vector of at most 64 bytes that divides the innermost extent; its elements are then one
 `vload` (unit source step), a splat (step 0, broadcast) or a gather of V scalars. The last two dims of a
-transpose (after merging: NCHW <-> NHWC too) swap by 8x8 register tiles.
+transpose (after merging: NCHW <-> NHWC too) swap by 8x8 register tiles. A plain copy whose innermost dim is
+a long unit-stride run on both sides (a transpose moving whole planes: a channel shuffle) copies a run a
+work-item.
 
 Gather and gather_elements wrap negative indices as the reference does and clamp out-of-range ones into
 the dim (the reference raises for those), so no kernel reads out of bounds.
@@ -157,6 +159,10 @@ def copy_kernel(what: str, spec: CopySpec, t: TensorType, idx: str, src: str = "
     items = n // v
     if not items:
         return empty_kernel(what, T, src, dst)
+    unit = [(tm.kind, tm.stride) for tm in src_terms[last]] == [("lin", 1)]
+    runs = n // shape[last]  # enough runs to share out, each short enough for one work-item
+    if unit and not spec.cond and spec.dst is None and runs >= 32 and max(4 * v, 16) <= shape[last] <= 4096:
+        return _row_copy(what, spec, v, T, idx, src, dst)
     lines = [f"// {what}",
              f"__kernel void KERNEL(__global const {T}* restrict {src}, __global {T}* restrict {dst}) {{",
              f"    const {idx} g = get_global_id(0);", f"    if (g >= {items}) return;"]
@@ -205,6 +211,29 @@ def copy_kernel(what: str, spec: CopySpec, t: TensorType, idx: str, src: str = "
                       f"            {dst}[o + q] = ({lane}) ? {src}[s + q * {step}] : {spec.fill};", "    }"]
     lines.append("}")
     k = launch_1d(items)
+    return Kernel("\n".join(lines) + "\n", k.global_size, k.local_size, (src, dst))
+
+
+def _row_copy(what: str, spec: CopySpec, v: int, T: str, idx: str, src: str, dst: str) -> Kernel:
+    """A merged copy whose innermost dim is a long contiguous run on both sides (a transpose that moves
+    whole planes, shufflenet's channel shuffle): a work-item copies one run with `vload`/`vstore`, so the
+    coordinates are decoded once per run instead of once per vector."""
+    shape, last = spec.shape, len(spec.shape) - 1
+    run, rows = shape[last], math.prod(shape[:last])
+    lines = [f"// {what}: {rows} runs of {run} contiguous elements, one a work-item",
+             f"__kernel void KERNEL(__global const {T}* restrict {src}, __global {T}* restrict {dst}) {{",
+             f"    const {idx} g = get_global_id(0);", f"    if (g >= {rows}) return;",
+             f"    {idx} r = g;", f"    const {idx} c{last} = 0;"]
+    for d in range(last - 1, 0, -1):
+        lines.append(f"    const {idx} c{d} = 0;" if shape[d] == 1 else
+                     f"    const {idx} c{d} = r % {shape[d]}; r /= {shape[d]};")
+    lines.append(f"    const {idx} c0 = r;")
+    terms = [tm.code(f"c{d}") for d in range(last + 1) for tm in spec.src[d]]
+    lines += [f"    __global const {T}* s = {src} + {_join(spec.src_base, terms)};",
+              f"    __global {T}* o = {dst} + {_join(spec.dst_base, [f'g * {run}'])};",
+              f"    for (int q = 0; q < {run}; q += {v}) vstore{v}(vload{v}(0, s + q), 0, o + q);" if v > 1
+              else f"    for (int q = 0; q < {run}; ++q) o[q] = s[q];", "}"]
+    k = launch_1d(rows)
     return Kernel("\n".join(lines) + "\n", k.global_size, k.local_size, (src, dst))
 
 
