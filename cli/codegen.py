@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-import click
+from typing import Any
 
+import click
+import numpy as np
+
+from ..ir.core import Module
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
-from .common import debug_option, fail, handle_errors, read_input, split_chunks, weights_options
+from .common import (
+    debug_option,
+    determinism_option,
+    fail,
+    handle_errors,
+    read_input,
+    split_chunks,
+    weights_options,
+)
+from .opt import DEFAULT_TOLERANCE, OptionalValueCommand, tolerance_option
 
 EPILOG = """\b
 Examples:
@@ -14,6 +27,7 @@ Examples:
   tessel-import m.onnx | tessel-opt -O1 | tessel-codegen --target=opencl |
       tessel-run --random-inputs --profile
   tessel-codegen --target=opencl --device=auto --elide-resources model.tsl | less
+  tessel-codegen --validate model.opt.tsl -o model.cl.tsl
 """
 
 
@@ -32,6 +46,7 @@ def device_for_codegen(spec: str) -> object:
 
 
 @click.command(
+    cls=OptionalValueCommand, optional_values={"--validate": DEFAULT_TOLERANCE},
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
@@ -59,15 +74,24 @@ def device_for_codegen(spec: str) -> object:
     is_flag=True,
     help="Lower each '// -----' separated chunk on its own; print them separated the same way.",
 )
+@click.option(
+    "--validate",
+    metavar="[=RTOL,ATOL]",
+    callback=tolerance_option,
+    help="Check the lowering: run the input on the numpy reference and the lowered module on OpenCL "
+    "(seeded random inputs) and fail when the results differ beyond tolerance (default 1e-3,1e-4).",
+)
 @weights_options
 @debug_option
 @handle_errors
+@determinism_option
 def main(
     input: str,
     output: str | None,
     target: str,
     device: str,
     split_input_file: bool,
+    validate: object,
     elide_resources: bool,
     external_weights: str | None,
     debug: bool,
@@ -94,7 +118,41 @@ def main(
         verify_or_raise(module)
         if is_lowered(module):
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
+        check = _reference(module) if validate is not None else None
         lower_module(module, info)  # type: ignore[arg-type]
         verify_or_raise(module)
+        if check is not None:
+            _check_lowering(module, *check, validate, device)
         modules.append(module)
     write_modules(modules, output, elide_resources, external_weights)
+
+
+def _reference(module: Module) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
+    """--validate, before lowering: (func name, seeded inputs, the numpy reference's results)."""
+    from ..passes.validate import make_inputs, run_reference, select_func
+
+    func = select_func(module)
+    arrays = make_inputs(func, None, 0)
+    return func.name, arrays, run_reference(module, func, arrays, f"the input (func @{func.name})")
+
+
+def _check_lowering(module: Module, name: str, arrays: list[np.ndarray], reference: list[np.ndarray],
+                    tol: Any, device: str) -> None:
+    """--validate, after lowering: run the lowered func on OpenCL ('generic' runs on the default
+    device) and compare with the reference, as `tessel-run --check-against=numpy` does."""
+    from ..passes.validate import mismatch_error
+    from ..targets.numpy.interpreter import output_names
+    from ..targets.opencl import device as dev
+    from ..targets.opencl.runtime import Executable
+
+    func = module.func(name)
+    assert func is not None
+    try:
+        d = dev.pick_device(None if device == "generic" else device)
+    except dev.NoOpenCL as e:
+        raise fail(f"--validate runs the lowered module on OpenCL: {e}") from None
+    results = Executable(module, func, d).run(arrays)
+    error = mismatch_error(output_names(func), results, reference, tol,
+                           "the lowered module does not match the numpy reference", func=func)
+    if error is not None:
+        raise error

@@ -7,9 +7,12 @@ compiler error (names the pass, writes a reproducer). No traceback for user mist
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
+import secrets
+import stat
 import sys
 import tempfile
 import traceback
@@ -61,6 +64,15 @@ def fail(message: str, code: int = EXIT_INPUT) -> ToolExit:
     return ToolExit(code)
 
 
+def reproducer_message(path: str) -> str:
+    """The line saying where a reproducer went and how to replay it (with the same pass plugins)."""
+    ctx = click.get_current_context(silent=True)
+    plugins = ctx.params.get("load_pass_plugin", ()) if ctx is not None else ()
+    load = "".join(f" --load-pass-plugin={p}" for p in plugins)  # the replay needs them too
+    return (f"{tool_name()}: reproducer written to {path}; replay it with: "
+            f"tessel-opt{load} --run-reproducer {path}\n")
+
+
 def read_input(path: str | None) -> tuple[bytes, str]:
     """(bytes, name for diagnostics); `-` or no path reads stdin."""
     if path in (None, "-"):
@@ -81,18 +93,29 @@ def atomic_output(path: str | None, mode: str = "w") -> Iterator[IO[Any]]:
     if path in (None, "-"):
         yield sys.stdout.buffer if "b" in mode else sys.stdout
         return
-    directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise fail(f"cannot write '{path}': {e.strerror}") from None
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = 0
+    if kind and not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
+        # A device or FIFO (/dev/null, /dev/stdout, a named pipe): write to it in place. Renaming a temp
+        # file over it would replace the device node itself (root can write to /dev).
+        try:
+            with open(path, mode) as f:
+                yield f
+        except OSError as e:
+            raise fail(f"cannot write '{path}': {e.strerror}") from None
+        return
+    target = os.path.realpath(path) if stat.S_ISREG(kind) else path  # through a symlink, keep the link
+    # The temp file is named before it is made (mkstemp says the name only once it returns), so a Ctrl-C
+    # at any moment after it exists lands in the handlers below, which remove it.
+    tmp = os.path.join(os.path.dirname(os.path.abspath(target)),
+                       f".{os.path.basename(target)}.{secrets.token_hex(8)}.tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result gets a normal file's permissions
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to any file
         with os.fdopen(fd, mode) as f:
             yield f
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -126,6 +149,25 @@ def debug_option(f: Callable) -> Callable:
     return click.option("--debug", is_flag=True, help="Show Python tracebacks for every error.")(f)
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _call_and_flush(f: Callable, args: tuple, kwargs: dict) -> None:
+    """Run the tool and flush stdout, so a full disk (or `> /dev/full`) is an error with exit status 1,
+    not an internal error or Python's 'Exception ignored' at exit. (Files written with -o are named by
+    atomic_output; this catches stdout.)"""
+    try:
+        f(*args, **kwargs)
+        sys.stdout.flush()
+    except OSError as e:
+        if isinstance(e, BrokenPipeError) or e.errno not in _DISK_FULL:
+            raise
+        with contextlib.suppress(OSError, ValueError):  # drop what stdout still buffers: exit flushes it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f"'{e.filename}'" if e.filename else "to stdout"
+        raise fail(f"cannot write {where}: {e.strerror}") from None
+
+
 def handle_errors(f: Callable) -> Callable:
     """Turn library errors into diagnostics and exit codes (the one place tools do this)."""
 
@@ -135,7 +177,7 @@ def handle_errors(f: Callable) -> Callable:
         from ..passes.manager import CompilerCrash
 
         try:
-            f(*args, **kwargs)
+            _call_and_flush(f, args, kwargs)
         except ToolExit as e:
             sys.exit(e.code)
         except DiagnosticError as e:
@@ -148,11 +190,7 @@ def handle_errors(f: Callable) -> Callable:
                 sys.stderr.write(e.traceback)
             sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
             if e.reproducer:
-                ctx = click.get_current_context(silent=True)
-                plugins = ctx.params.get("load_pass_plugin", ()) if ctx is not None else ()
-                load = "".join(f" --load-pass-plugin={p}" for p in plugins)  # the replay needs them too
-                sys.stderr.write(f"{tool_name()}: reproducer written to {e.reproducer}; replay it with: "
-                                 f"tessel-opt{load} --run-reproducer {e.reproducer}\n")
+                sys.stderr.write(reproducer_message(e.reproducer))
             sys.exit(EXIT_ICE)
         except KeyboardInterrupt:
             sys.stderr.write(f"{tool_name()}: interrupted\n")
@@ -176,3 +214,47 @@ def handle_errors(f: Callable) -> Callable:
             sys.exit(EXIT_ICE)
 
     return wrapper
+
+
+def determinism_option(f: Callable) -> Callable:
+    """--check-determinism: run the tool's command line (without this flag) twice in fresh processes with
+    different PYTHONHASHSEED values, compare the outputs byte for byte, and either write the output as
+    usual or report the first differing line (exit 1). Put it right above the tool's function, under
+    @handle_errors."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.pop("check_determinism", False):
+            return f(*args, **kwargs)
+        _check_determinism(kwargs.get("input"), kwargs.get("output"))
+
+    return click.option("--check-determinism", is_flag=True,
+                        help="Run this command twice in fresh processes with different hash seeds and fail "
+                             "(exit 1, showing the first differing line) unless the outputs are "
+                             "byte-identical.")(wrapper)
+
+
+def _check_determinism(input: str | None, output: str | None) -> None:
+    from ..debug import determinism as det
+
+    if os.environ.get(det.CHILD_ENV) or det.FLAG not in sys.argv[1:]:
+        raise fail(f"{det.FLAG} must be given on the tool's command line (it re-runs that command line)", 2)
+    root = click.get_current_context().find_root()
+    module = getattr(root.command.callback, "__module__", None) or "tessel.cli.main"
+    command = det.child_command(module, root.info_name or tool_name(), det.child_args(sys.argv[1:], output))
+    stdin = sys.stdin.buffer.read() if input in (None, "-") else None
+    with tempfile.TemporaryDirectory(prefix="tessel-determinism-") as work:
+        a, b = det.run_twice(command, stdin, work)
+        sys.stderr.buffer.write(a.stderr)
+        if a.returncode != b.returncode:
+            raise fail(f"the tool is not deterministic: it exits with status {a.returncode} with "
+                       f"PYTHONHASHSEED={a.seed} and {b.returncode} with PYTHONHASHSEED={b.seed}")
+        if a.returncode != 0:  # the tool failed the same way both times: fail like it
+            raise ToolExit(a.returncode)
+        diff = det.first_difference(a.output, b.output)
+        if diff is not None:
+            raise fail(f"the output is not deterministic: two runs differ at line {diff.line}:\n"
+                       f"  PYTHONHASHSEED={a.seed}: {diff.first}\n  PYTHONHASHSEED={b.seed}: {diff.second}")
+        with open(a.output, "rb") as src, atomic_output(output, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .common import debug_option, fail, handle_errors, read_input, weights_options
+from .common import debug_option, determinism_option, fail, handle_errors, read_input, weights_options
 
 EPILOG = """\b
 Examples:
@@ -38,6 +38,7 @@ def parse_input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
 @weights_options
 @debug_option
 @handle_errors
+@determinism_option
 def main(input: str, output: str | None, input_shape: tuple[str, ...], elide_resources: bool,
          external_weights: str | None, debug: bool) -> None:
     """Import an ONNX model as graph-level tessel IR.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import codegen, compile, import_, opt, run
+from . import codegen, compile, import_, opt, reduce, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,3 +21,4 @@ main.add_command(opt.main, "opt")
 main.add_command(codegen.main, "codegen")
 main.add_command(run.main, "run")
 main.add_command(compile.main, "compile")
+main.add_command(reduce.main, "reduce")

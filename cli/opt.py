@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import os
 import re
+import shlex
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -15,20 +18,25 @@ from ..ir.core import Module
 from ..ir.diagnostics import SOURCES, Diagnostic, DiagnosticError
 from ..ir.parser import parse_module
 from ..ir.printer import print_module
-from ..ir.verifier import verify
+from ..ir.verifier import verify, verify_or_raise
 from . import expected_diagnostics
 from .common import (
     atomic_output,
     debug_option,
+    determinism_option,
     fail,
     handle_errors,
     print_diagnostics,
     read_input,
+    reproducer_message,
     split_chunks,
+    tool_name,
     weights_options,
 )
 
-_REPRO = re.compile(r"^// tessel-reproducer: --pass-pipeline='([^']*)'", re.M)
+_HEADER = re.compile(r"^// tessel-reproducer:(.*)$", re.M)
+_HEADER_FLAGS = ("--pass-pipeline", "--validate-each", "--seed", "--inputs")
+DEFAULT_TOLERANCE = "1e-3,1e-4"
 
 EPILOG = """\b
 Examples:
@@ -36,6 +44,8 @@ Examples:
   tessel-opt --pass-pipeline='canonicalize,fold-constants{size-limit=1024},cse' m.tsl
   tessel-opt -O1 --time-passes m.tsl | tessel-run --random-inputs
   tessel-opt --split-input-file --verify-diagnostics invalid.tsl
+  tessel-opt -O2 --validate-each m.tsl -o m.opt.tsl
+  tessel-opt -O2 --bisect m.tsl
 """
 
 
@@ -43,7 +53,35 @@ def _csv(values: tuple[str, ...]) -> set[str]:
     return {p.strip() for v in values for p in v.split(",") if p.strip()}
 
 
+class OptionalValueCommand(click.Command):
+    """A command whose `optional_values` options take a value only as `--opt=VALUE`: alone, they mean
+    their default value, and the next word stays an argument (`--validate-each m.tsl` reads m.tsl)."""
+
+    def __init__(self, *args: Any, optional_values: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.optional_values = optional_values or {}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        args = [f"{a}={self.optional_values[a]}" if i < end and a in self.optional_values else a
+                for i, a in enumerate(args)]
+        return super().parse_args(ctx, args)
+
+
+def tolerance_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """Click callback: `RTOL,ATOL` as a passes.validate.Tolerance (None when the option is not given)."""
+    if value is None:
+        return None
+    from ..passes.validate import Tolerance
+
+    try:
+        return Tolerance.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @click.command(
+    cls=OptionalValueCommand, optional_values={"--validate-each": DEFAULT_TOLERANCE},
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
@@ -76,10 +114,24 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 @click.option("--bisect-limit", type=click.IntRange(min=0), metavar="N",
               help="Run only the first N pass applications, printing which ran and which were skipped.")
 @click.option("--crash-reproducer", metavar="FILE",
-              help="Where a crashing pass writes its reproducer (default: a temp file).")
-@click.option(
-    "--run-reproducer", is_flag=True, help="Run the pipeline recorded in the input reproducer's header."
-)
+              help="Where a crashing pass, or one --validate-each or --bisect catches, writes its reproducer "
+                   "(default: a temp file).")
+@click.option("--run-reproducer", is_flag=True,
+              help="Run the pipeline recorded in the input reproducer's header (and its --validate-each).")
+@click.option("--validate-each", metavar="[=RTOL,ATOL]", callback=tolerance_option,
+              help="Run the numpy reference on the input and after every pass; stop at the first pass whose "
+                   "results move beyond tolerance (default 1e-3,1e-4): name it, the output and the op, "
+                   "write a reproducer, exit status 1.")
+@click.option("--inputs", metavar="FILE.npz",
+              help="Inputs of --validate-each and --bisect, keyed by argument name (default: random ones).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the random inputs of --validate-each and --bisect (floats in [-1, 1)).")
+@click.option("--bisect", is_flag=True,
+              help="Find the first bad pass application by binary search over --bisect-limit, print it and "
+                   "write its reproducer (exit status 1; 0 when none is bad).")
+@click.option("--bisect-check", type=click.Choice(["numeric", "crash"]), default="numeric", show_default=True,
+              help="What --bisect calls bad: results beyond the --validate-each tolerance (numeric; a crash "
+                   "counts too), or only a crash or invalid IR (crash).")
 @click.option("--remarks", "remark_cats", multiple=True, metavar="CATEGORIES",
               help="Print a remark for each transformation of these categories (fusion, layout, algebraic, "
                    "pattern, memory, or all; comma-separated or repeated) on stderr.")
@@ -104,12 +156,14 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 @weights_options
 @debug_option
 @handle_errors
+@determinism_option
 def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: str | None,
          print_pipeline: bool, list_passes: bool, load_pass_plugin: tuple[str, ...], verify_each: bool,
          print_ir_before: tuple[str, ...], print_ir_after: tuple[str, ...], print_ir_before_all: bool,
          print_ir_after_all: bool, print_ir_after_change: bool, print_ir_tree_dir: str | None,
          time_passes: bool, pass_statistics: bool, bisect_limit: int | None, crash_reproducer: str | None,
-         run_reproducer: bool, remark_cats: tuple[str, ...], remarks_missed: bool, remarks_format: str,
+         run_reproducer: bool, validate_each: Any, inputs: str | None, seed: int, bisect: bool,
+         bisect_check: str, remark_cats: tuple[str, ...], remarks_missed: bool, remarks_format: str,
          analyses: tuple[str, ...], emit_dot: str | None, split_input_file: bool, verify_diagnostics: bool,
          elide_resources: bool, external_weights: str | None, debug: bool) -> None:
     """Run a pass pipeline over a tessel IR module.
@@ -121,6 +175,7 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
     from ..passes.manager import Instrumentation, PassManager, get_pass, load_plugin, pass_names
     from ..passes.pipeline import O_LEVELS, parse_pipeline, pipeline_spec
     from ..passes.remarks import CATEGORIES, RemarkFilter
+    from ..passes.validate import Miscompile
 
     cats = _csv(remark_cats)
     unknown = sorted(cats - set(CATEGORIES) - {"all"})
@@ -147,10 +202,10 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
     data, filename = b"", input
     if run_reproducer:
         data, filename = read_input(input)
-        m = _REPRO.search(data[:4096].decode("utf-8", "replace"))
-        if m is None:
-            raise fail(f"'{filename}' has no '// tessel-reproducer: --pass-pipeline=...' header")
-        pass_pipeline = m.group(1)
+        header = _reproducer_header(data, filename)
+        pass_pipeline = header["--pass-pipeline"]
+        validate_each, seed, inputs = _replay_checks(header, filename, validate_each, seed, inputs)
+    _check_validation_usage(validate_each, inputs, bisect, bisect_limit, split_input_file, verify_diagnostics)
     pipeline_text = O_LEVELS[opt_level] if opt_level is not None else (pass_pipeline or "")
     parse_pipeline(pipeline_text)  # report a bad pipeline before reading any IR (or waiting on stdin)
     for flag, names in (("--print-ir-before", print_ir_before), ("--print-ir-after", print_ir_after)):
@@ -170,6 +225,10 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
         return
     if not run_reproducer:
         data, filename = read_input(input)
+    checks = _Checks(validate_each, inputs, seed)
+    if bisect:
+        _run_bisect(data, filename, pipeline_text, bisect_check, verify_each, checks, crash_reproducer)
+        return
 
     inst = Instrumentation(
         verify_each=verify_each, print_before=_csv(print_ir_before), print_after=_csv(print_ir_after),
@@ -204,6 +263,7 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
 
                 ledger.append(("(input)", total_traffic(module)))
                 pm.after_pass = lambda p, m, ledger=ledger: ledger.append((p.spec(), total_traffic(m)))
+            validator = checks.add_to(pm, module) if validate_each is not None else None
             pm.ctx.remarks_as_diagnostics = verify_diagnostics
             if remark_filter.active:
                 pm.ctx.on_remark = lambda r: emit(remark_filter.render(r) + "\n") if remark_filter.wants(
@@ -213,6 +273,9 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
                 pm.run(module)
                 if len(ledger) > 1:
                     ledgers.append(_ledger_text(module, ledger))
+            except Miscompile as e:
+                _report_miscompile(validator, e)
+                failed, module = True, None
             finally:
                 produced.extend(pm.ctx.diagnostics)
                 if time_passes:
@@ -299,8 +362,141 @@ def write_modules(results: list[Module | None], output: str | None, elide: bool,
         except BrokenPipeError:
             raise  # stdout's reader went away (`| head`): handle_errors exits quietly
         except OSError as e:
+            if external is None:
+                raise  # atomic_output (or handle_errors, for stdout) names what could not be written
             raise fail(f"cannot write '{external or output}': {e.strerror}") from None
         finally:
             if side is not None:
                 side.close()
                 os.unlink(external + ".tmp")  # type: ignore[operator]
+
+
+# translation validation and bisection (--validate-each, --bisect, the reproducer header) ---------------
+def _reproducer_header(data: bytes, filename: str) -> dict[str, str]:
+    """The flags of a reproducer's first line, `// tessel-reproducer: --pass-pipeline='...'` and, for a
+    miscompile, `--validate-each=RTOL,ATOL [--seed=N] [--inputs=FILE.npz]`."""
+    m = _HEADER.search(data[:4096].decode("utf-8", "replace"))
+    try:
+        words = shlex.split(m.group(1)) if m else []
+    except ValueError as e:
+        raise fail(f"'{filename}': malformed reproducer header ({e})") from None
+    flags: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if key not in _HEADER_FLAGS or not eq:
+            raise fail(f"'{filename}': unknown flag '{word}' in the reproducer header "
+                       f"(it may hold {', '.join(f + '=...' for f in _HEADER_FLAGS)})")
+        flags[key] = value
+    if "--pass-pipeline" not in flags:
+        raise fail(f"'{filename}' has no '// tessel-reproducer: --pass-pipeline=...' header")
+    return flags
+
+
+def _replay_checks(header: dict[str, str], filename: str, validate_each: Any, seed: int,
+                   inputs: str | None) -> tuple[Any, int, str | None]:
+    """--validate-each, --seed and --inputs for --run-reproducer: the header's, unless given."""
+    from click.core import ParameterSource
+
+    from ..passes.validate import Tolerance
+
+    try:
+        if validate_each is None and "--validate-each" in header:
+            validate_each = Tolerance.parse(header["--validate-each"])
+        ctx = click.get_current_context()
+        if "--seed" in header and ctx.get_parameter_source("seed") is ParameterSource.DEFAULT:
+            seed = int(header["--seed"])
+    except ValueError as e:
+        raise fail(f"'{filename}': bad value in the reproducer header: {e}") from None
+    return validate_each, seed, inputs or header.get("--inputs")
+
+
+def _check_validation_usage(validate_each: Any, inputs: str | None, bisect: bool, bisect_limit: int | None,
+                            split_input_file: bool, verify_diagnostics: bool) -> None:
+    if inputs and validate_each is None and not bisect:
+        raise fail("--inputs is for --validate-each and --bisect", 2)
+    if bisect:
+        combined = {"--bisect-limit": bisect_limit is not None, "--split-input-file": split_input_file,
+                    "--verify-diagnostics": verify_diagnostics}
+        for flag, given in combined.items():
+            if given:
+                raise fail(f"--bisect cannot be combined with {flag}", 2)
+
+
+class _Checks:
+    """What --validate-each and --bisect check against: tolerance, given inputs or seed, and the flags
+    a reproducer's header records so that --run-reproducer checks the same way."""
+
+    def __init__(self, tol: Any, inputs: str | None, seed: int):
+        from ..passes.validate import Tolerance
+        from .run import load_npz
+
+        self.tol = tol or Tolerance()
+        self.given = load_npz(inputs) if inputs else None
+        self.seed = seed
+        self.source = f"inputs in '{inputs}'"
+        self.replay = f"--validate-each={self.tol}" + (f" --seed={seed}" if seed and not inputs else "")
+        if inputs:
+            self.replay += " --inputs=" + shlex.quote(os.path.abspath(inputs))
+
+    def validator(self, module: Module) -> Any:
+        from ..passes.validate import Validator
+
+        return Validator(module, self.tol, self.given, self.seed, self.replay, self.source)
+
+    def add_to(self, pm: Any, module: Module) -> Any:
+        """Validate after every pass of `pm` (after any hook it has), timed as '(validate)'."""
+        validator, previous = self.validator(module), pm.after_pass
+
+        def hook(p: Any, m: Module) -> None:
+            if previous is not None:
+                previous(p, m)
+            t0 = time.perf_counter()
+            try:
+                validator(p, m)
+            finally:
+                pm.timings.append(("(validate)", time.perf_counter() - t0))
+
+        pm.after_pass = hook
+        return validator
+
+
+def _report_miscompile(validator: Any, e: Any) -> None:
+    """Print the miscompile (localized against the reproducer, the IR before the pass) and the replay."""
+    before = None
+    if e.reproducer:
+        with contextlib.suppress(DiagnosticError, OSError), open(e.reproducer, "rb") as f:
+            before = parse_module(f.read(), e.reproducer, register_source=False)
+    print_diagnostics([validator.report(e, before)], tool_name())
+    sys.stderr.write(reproducer_message(e.reproducer) if e.reproducer
+                     else f"{tool_name()}: could not write a reproducer\n")
+
+
+def _run_bisect(data: bytes, filename: str, pipeline_text: str, check: str, verify_each: bool,
+                checks: _Checks, reproducer: str | None) -> None:
+    """--bisect: report the first bad pass application and write its reproducer (exit 1), or say that
+    none is bad."""
+    from ..passes.pipeline import parse_pipeline
+    from ..passes.validate import Miscompile, bisect_pipeline
+
+    def load() -> Module:
+        module = parse_module(data, filename)
+        verify_or_raise(module)
+        return module
+
+    validator = checks.validator(load()) if check == "numeric" else None
+    found = bisect_pipeline(load, lambda: parse_pipeline(pipeline_text), validator, verify_each, reproducer,
+                            sys.stderr.write)
+    if found is None:
+        n = len(parse_pipeline(pipeline_text))
+        sys.stderr.write(f"BISECT: no bad pass application: the {check} check passes after all {n}\n")
+        return
+    sys.stderr.write(f"BISECT: first bad pass application ({found.index}) {found.spec}\n"
+                     f"BISECT: last good --bisect-limit={found.index - 1}\n")
+    e = found.failure
+    if isinstance(e, Miscompile):
+        _report_miscompile(validator, e)
+    else:
+        sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
+        if e.reproducer:
+            sys.stderr.write(reproducer_message(e.reproducer))
+    sys.exit(1)

@@ -39,9 +39,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise fail(f"cannot read inputs '{path}': not a .npz file (write one with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise fail(f"cannot read inputs '{path}': not a valid .npz file ({e})") from None
+    for k, v in arrays.items():  # np.load hands back a member without the .npy header as raw bytes
+        if not isinstance(v, np.ndarray):
+            raise fail(f"cannot read inputs '{path}': its member '{k}' is not a .npy array")
+    return arrays
 
 
 def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
@@ -331,29 +335,12 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report):  
 
 
 def _compare(names, results, reference, rtol, atol) -> None:  # noqa: ANN001
-    bad = []
-    for name, got, want in zip(names, results, reference, strict=True):
-        g, w = np.asarray(got), np.asarray(want)
-        if g.shape != w.shape:
-            bad.append(f"output '{name}' has shape {list(g.shape)}, numpy gives {list(w.shape)}")
-            continue
-        if g.dtype.kind in "fc":
-            close = np.isclose(
-                g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
-            )
-        else:
-            close = g == w
-        if not close.all():
-            idx = tuple(int(i) for i in np.argwhere(~close)[0])
-            bad.append(
-                f"output '{name}' differs from numpy at {list(idx)}: {g[idx]!r} vs {w[idx]!r} "
-                f"({int((~close).sum())} of {close.size} elements beyond rtol {rtol:g}, atol {atol:g})"
-            )
-    if bad:
-        d = Diagnostic("error", "results do not match the numpy reference: " + bad[0])
-        for b in bad[1:]:
-            d.note(b)
-        raise DiagnosticError(d)
+    from ..passes.validate import Tolerance, mismatch_error
+
+    error = mismatch_error(names, results, reference, Tolerance(rtol, atol),
+                           "results do not match the numpy reference")
+    if error is not None:
+        raise error
 
 
 def profile_table(rows, peaks: dict | None, top: int | None) -> str:  # noqa: ANN001

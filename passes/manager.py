@@ -161,6 +161,19 @@ class CompilerCrash(Exception):
         super().__init__(f"pass '{pass_name}' {message}")
 
 
+class PassCheckFailed(Exception):
+    """Raised by an `after_pass` hook (`--validate-each`) when a pass ran cleanly but got the module
+    wrong. The manager fills in which application it was and writes a reproducer, as for a crash: the IR
+    before the pass, headed by the one-pass pipeline and `replay_flags` (the check that shows it again)."""
+
+    def __init__(self, message: str, replay_flags: str = ""):
+        super().__init__(message)
+        self.replay_flags = replay_flags
+        self.pass_index = 0
+        self.pass_spec = ""
+        self.reproducer: str | None = None
+
+
 @dataclass
 class Instrumentation:
     verify_each: bool = True
@@ -216,8 +229,6 @@ class PassManager:
                                     self._reproducer(before, p), traceback.format_exc()) from None
             self.timings.append((p.NAME, time.perf_counter() - t0))
             self.applications += 1
-            if self.after_pass is not None:
-                self.after_pass(p, module)
             if inst.verify_each:
                 t1 = time.perf_counter()
                 errors = verify(module)
@@ -235,6 +246,13 @@ class PassManager:
                 if after_all or changed:
                     self._dump(module, f"IR Dump After {p.NAME}" + ("" if changed else " (no change)"),
                                n, p.NAME, "after")
+            if self.after_pass is not None:
+                try:
+                    self.after_pass(p, module)
+                except PassCheckFailed as e:  # e.g. --validate-each: the pass changed the numbers
+                    e.pass_index, e.pass_spec = n, p.spec()
+                    e.reproducer = self._reproducer(before, p, e.replay_flags)
+                    raise
 
     # helpers --------------------------------------------------------------------------------------
     def _snapshot(self, module: Module) -> tuple[str, ResourceTable]:
@@ -243,7 +261,7 @@ class PassManager:
             table.put(r)
         return module_text(module), table
 
-    def _reproducer(self, before: tuple[str, ResourceTable], p: Pass) -> str | None:
+    def _reproducer(self, before: tuple[str, ResourceTable], p: Pass, flags: str = "") -> str | None:
         path = self.inst.crash_reproducer
         if path is None:
             import tempfile
@@ -254,7 +272,7 @@ class PassManager:
         body = text.split("\n{-#\n", 1)[0]
         try:
             with open(path, "w") as f:
-                f.write(f"// tessel-reproducer: --pass-pipeline='{p.spec()}'\n")
+                f.write(f"// tessel-reproducer: --pass-pipeline='{p.spec()}'{' ' + flags if flags else ''}\n")
                 f.write(body if body.endswith("\n") else body + "\n")
                 write_section(table, f, format_name=format_name)
         except OSError:
@@ -264,9 +282,14 @@ class PassManager:
     def _dump(self, module: Module, title: str, n: int, name: str, when: str) -> None:
         if self.inst.tree_dir:
             d = os.path.join(self.inst.tree_dir, module.name or "module")
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, f"{n:02d}_{name}_{when}.tsl"), "w") as f:
-                Printer(f).module(module)
+            path = os.path.join(d, f"{n:02d}_{name}_{when}.tsl")
+            try:
+                os.makedirs(d, exist_ok=True)
+                with open(path, "w") as f:
+                    Printer(f).module(module)
+            except OSError as e:  # a user's path (--print-ir-tree-dir), not a compiler bug
+                message = f"cannot write IR dump '{path}': {e.strerror}"
+                raise DiagnosticError(Diagnostic("error", message)) from None
             return
         buf = io.StringIO()
         Printer(buf).module(module)

@@ -76,13 +76,13 @@ def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
                 Diagnostic("error", f"input '{name}' has a dynamic shape {t}: give --inputs")
             )
         if t.dtype == "f8E8M0FNU":  # exponent-only: positive powers of two, no zero or negatives
-            out[name] = np.exp2(rng.integers(-4, 5, t.shape)).astype(np.float32).astype(t.np_dtype)
+            out[name] = np.exp2(rng.integers(-4, 5, t.dims)).astype(np.float32).astype(t.np_dtype)
         elif t.is_float:
-            out[name] = rng.uniform(-1, 1, t.shape).astype(t.np_dtype)
+            out[name] = rng.uniform(-1, 1, t.dims).astype(t.np_dtype)
         elif t.dtype == "i1":
-            out[name] = rng.random(t.shape) < 0.5
+            out[name] = rng.random(t.dims) < 0.5
         else:
-            out[name] = rng.integers(0, 4, t.shape).astype(t.np_dtype)
+            out[name] = rng.integers(0, 4, t.dims).astype(t.np_dtype)
     return out
 
 

@@ -1,0 +1,1 @@
+"""Test-only pass plugins, loaded with --load-pass-plugin=FILE.py (never registered by the package)."""
