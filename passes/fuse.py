@@ -208,8 +208,11 @@ class _Fuser:
         kind = "epilogue" if anchor.name in EPILOGUE_ANCHORS else "reduction"
         ops = [anchor]
         unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
+        shuffle = self.absorbable_shuffle(anchor) if unpack is None else []
         if unpack is not None:
             ops.insert(0, unpack)
+        elif shuffle:
+            ops[:0] = shuffle
         elif kind == "reduction":
             self.prologue(anchor, 0, anchor, ops)
         v = anchor.result
@@ -261,6 +264,26 @@ class _Fuser:
             f"cloned the unpack into the kernel of '{anchor.name}', which reads the blocked value itself",
         )
         return c
+
+    def absorbable_shuffle(self, anchor: Op) -> list[Op]:
+        """A channel shuffle (reshape [N, C, H, W] -> [N, G, C/G, H, W], transpose [0, 2, 1, 3, 4], reshape
+        back: shufflenet) read only by a depthwise conv: the conv's kernel reads the shuffled channels
+        where they are (its input repack reads channel c from (c % G) * C/G + c / G), so the shuffle
+        costs no launch and no copy. Returns [reshape, transpose, reshape] or []."""
+        if anchor.name != "conv2d" or not is_channel_shuffle(anchor.operands[0]):
+            return []
+        x, w = anchor.operands[0].type, anchor.operands[1].type
+        if anchor.attrs.get("groups", 1) != x.dims[1] or w.dims[0] != x.dims[1] or w.dims[1] != 1:
+            return []  # not depthwise: only that template reads through a channel map
+        back = anchor.operands[0].op
+        assert back is not None and back.operands[0].op is not None
+        tr = back.operands[0].op
+        split = tr.operands[0].op
+        assert split is not None
+        chain = [split, tr, back]
+        if not all(self.fusible(o) and len(o.result.uses) == 1 for o in chain):
+            return []
+        return chain
 
     def feeds_blocked_anchors(self, unpack: Op) -> bool:
         """Whether only conv2d or pool anchors read `unpack`, as their input (each takes it along)."""
@@ -644,6 +667,24 @@ class _Fuser:
                     heapq.heappush(ready, (index[id(x)], x))
         assert len(order) == len(ops), "fuse made a cycle"
         self.block.ops[:] = order
+
+
+def is_channel_shuffle(v: Value) -> bool:
+    """Whether `v` is reshape(transpose(reshape(x))) that shuffles the channels of a 4-D NCHW x:
+    [N, C, H, W] -> [N, G, C/G, H, W] -> perm [0, 2, 1, 3, 4] -> [N, C, H, W]."""
+    back = v.op
+    if back is None or back.name != "reshape" or v.type.rank != 4:
+        return False
+    tr = back.operands[0].op
+    if tr is None or tr.name != "transpose" or tr.attrs.get("perm") != [0, 2, 1, 3, 4]:
+        return False
+    split = tr.operands[0].op
+    if split is None or split.name != "reshape":
+        return False
+    n, c, h, w = split.operands[0].type.dims
+    s5 = split.result.type.dims
+    return (len(s5) == 5 and s5[0] == n and s5[1] * s5[2] == c and s5[3:] == (h, w)
+            and v.type.dims == (n, c, h, w))
 
 
 def blocked_on_channels(op: Op) -> bool:

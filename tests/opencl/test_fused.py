@@ -517,3 +517,41 @@ def test_elementwise_region_writes_in_place_over_a_dying_operand() -> None:
     assert region.attrs["buffers"] == exp.attrs["buffers"]
     got = Executable(m, m.funcs[0]).run(inputs)
     np.testing.assert_allclose(got[0], want[0], **TOL)
+
+
+@pytest.mark.parametrize("c, g, hw", [(32, 4, 8), (12, 3, 5), (272, 4, 14)])
+def test_channel_shuffle_fused_into_a_depthwise_conv(c: int, g: int, hw: int) -> None:
+    """shufflenet's channel shuffle (reshape, transpose, reshape) fused into the depthwise conv after it:
+    one launch pair (the conv's repack reading the shuffled channels where they are, and the conv), the
+    numpy interpreter's results. 32 and 272 channels take the repack's 16-channel fast path."""
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import parse_pipeline
+
+    x5 = T(1, g, c // g, hw, hw)
+    xt = T(1, c // g, g, hw, hw)
+    x, w = T(1, c, hw, hw), T(c, 1, 3, 3)
+    text = f"""module @m {{
+  func @main(%x: {x}, %w: {w}, %b: {T(c)}) -> {x} {{
+    %0 = reshape %x {{shape = [1, {g}, {c // g}, {hw}, {hw}]}} : ({x}) -> {x5}
+    %1 = transpose %0 {{perm = [0, 2, 1, 3, 4]}} : ({x5}) -> {xt}
+    %2 = reshape %1 {{shape = [1, {c}, {hw}, {hw}]}} : ({xt}) -> {x}
+    %3 = conv2d %2, %w, %b {{groups = {c}, pads = [1, 1, 1, 1]}} : ({x}, {w}, {T(c)}) -> {x}
+    %4 = relu %3 : ({x}) -> {x}
+    return %4 : {x}
+  }}
+}}
+"""
+    rng = np.random.default_rng(3)
+    inputs = [rng.uniform(-1, 1, (1, c, hw, hw)).astype(np.float32),
+              rng.uniform(-1, 1, (c, 1, 3, 3)).astype(np.float32), rng.uniform(-1, 1, c).astype(np.float32)]
+    m = parse_module(text.encode(), "shuffle.tsl")
+    want = run_func(m, m.funcs[0], inputs)
+    PassManager(parse_pipeline("fuse")).run(m)
+    assert [op.name for op in m.funcs[0].block.ops] == ["kernel", "return"]
+    lower_module(m)
+    launches = [op for op in m.funcs[0].block.ops if op.name == "cl.launch"]
+    names = [[k["name"] for k in op.attrs["kernels"]] for op in launches]
+    # the weights' pack, then one launch of the region: the repack reading shuffled channels and the conv
+    assert len(names) == 2 and "pack" in names[0][0] and len(names[1]) == 2, names
+    got = Executable(m, m.funcs[0]).run(inputs)
+    np.testing.assert_allclose(got[0], want[0], **TOL)

@@ -19,7 +19,7 @@ from tessel.ir.core import Module, Op
 from tessel.ir.ops.registry import broadcast_shapes, get_op
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
-from tessel.passes.fuse import EPILOGUE_ANCHORS, is_anchor
+from tessel.passes.fuse import EPILOGUE_ANCHORS, is_anchor, is_channel_shuffle
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
 from tessel.passes.remarks import Remark
@@ -111,10 +111,12 @@ def check_contract(k: Op) -> None:
     i = ops.index(anchor)
     before, after = ops[:i], ops[i + 1 :]
     if kind == "epilogue":
-        assert all(v in body.args or (v.op is not None and v.op.name == "unpack") for v in anchor.operands)
-        assert [o.name for o in before] in ([], ["unpack"])
-        if before:
-            assert before[0].operands[0] is body.args[0] and anchor.operands[0] is before[0].result
+        assert all(v in body.args or (v.op is not None and v.op.name in ("unpack", "reshape"))
+                   for v in anchor.operands)
+        assert [o.name for o in before] in ([], ["unpack"], ["reshape", "transpose", "reshape"])
+        if before:  # an NCHWc unpack, or a channel shuffle before a depthwise conv
+            assert before[0].operands[0] is body.args[0] and anchor.operands[0] is before[-1].result
+            assert len(before) == 1 or is_channel_shuffle(anchor.operands[0])
     else:
         for o in before:
             assert o.name == "unpack" or o.result.type.shape == anchor.operands[0].type.shape

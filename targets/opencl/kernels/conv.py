@@ -18,6 +18,9 @@ place instead, plane by plane (an RGB stem, shufflenet's grouped 1x1 convs). Wei
 - depthwise (groups == channels): channels vectorized by 16, the KH*KW weight vectors held in registers,
   each input vector loaded once for all the taps that use it.
 
+A depthwise conv reading NCHW may take a `channel_map` (a fused channel shuffle): its repack reads channel c
+from the input's channel channel_map(c), so the shuffle needs no copy of its own.
+
 Bias and an optional fused `epilogue` (see gemm.Epilogue) are applied per output element before its
 store, with the output index in out0's layout.
 
@@ -37,6 +40,7 @@ flat index; its channel padding is zeroed by a small extra kernel.
 from __future__ import annotations
 
 import math
+import re
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
 from .gemm import Epilogue, check_float32, pick_cols, vtype
@@ -159,13 +163,24 @@ class Geometry:
         return hp, wp
 
 
-def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int) -> Kernel:
-    """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail)."""
+def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
+                 channel_map: str | None = None) -> Kernel:
+    """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail).
+    `channel_map` (a C expression of `c`): channel c of the conv's input is x's channel channel_map(c)
+    (a channel shuffle fused into the conv), read where it is."""
     cbn = math.ceil(cg / cb)
     chunks = math.ceil(wp / 16)
+    hw = geo.h * geo.w
+
+    def plane(i: int | str) -> str:  # offset of the conv's channel c0 + i from x
+        if channel_map is None:
+            return str(i * hw) if isinstance(i, int) else f"{i} * {hw}"
+        src = re.sub(r"\bc\b", f"(c0 + {i})", channel_map)
+        return f"({src} - c0) * {hw}"
+
     fast = ""
     if cb == 16 and cg % 16 == 0:  # a whole 16x16 (channel x column) block: 16 loads, a register transpose
-        loads = "".join(f"        const float16 v{i:x} = vload16(0, x + {i * geo.h * geo.w});\n"
+        loads = "".join(f"        const float16 v{i:x} = vload16(0, x + {plane(i)});\n"
                         for i in range(16))
         stores = "".join(f"        vstore16((float16)({', '.join(f'v{i:x}.s{w:x}' for i in range(16))}), "
                          f"{w}, p);\n" for w in range(16))
@@ -189,7 +204,7 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
 {fast}    for (int w = 0; w < min(16, {wp} - w0); ++w) {{
         const bool inside = row && iw0 + w >= 0 && iw0 + w < {geo.w};
         for (int ci = 0; ci < {cb}; ++ci)
-            p[w * {cb} + ci] = inside && cin + ci < {cg} ? x[ci * {geo.h * geo.w} + w] : 0.0f;
+            p[w * {cb} + ci] = inside && cin + ci < {cg} ? x[{plane("ci")} + w] : 0.0f;
     }}
 }}
 """
@@ -459,7 +474,7 @@ def conv2d(ctx: Ctx) -> Lowered:
 
 
 def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
-                 out_block: int = 0) -> Lowered:
+                 out_block: int = 0, channel_map: str | None = None) -> Lowered:
     """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
     inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op; the
     epilogue's index is then the flat index in the blocked out0."""
@@ -477,6 +492,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     # with no pads, a tile dividing the output lets the kernel read its input in place: a blocked one, or
     # an NCHW one plane by plane (an RGB stem, shufflenet's grouped 1x1 convs)
     depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    if channel_map and not (depthwise and not in_block):
+        raise NotLowerable("only a depthwise conv reading NCHW takes a channel map (a fused channel shuffle)")
     direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise)
     th, tw = tile_override(ctx, geo, exact=direct, nc=max(nc, 1))
     if nc < 1 or nc * th * tw > 32 or (nc > 1 and geo.g > 1):
@@ -496,7 +513,10 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         in_place = in_place and width == in_block
         if in_place:
             hp, wp = geo.h, geo.w
-        first = (repack_blocked if in_block else repack_input)(geo, 1, geo.c, width, hp, wp)
+        if in_block:
+            first = repack_blocked(geo, 1, geo.c, width, hp, wp)
+        else:
+            first = repack_input(geo, 1, geo.c, width, hp, wp, channel_map)
         scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
         src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue, cols_first)
         blocks, cb = math.ceil(geo.c / width), width

@@ -11,7 +11,8 @@
   `Epilogue` calling a helper `KERNEL_epi<w>(value, index, buffers...)` that evaluates the chain on the
   anchor's value in registers before the store: no extra memory pass. The chain's other operands are
   appended to the main kernel's parameters and loaded at the broadcast index of the flat output index. An
-  `unpack` before a conv and a `pack` after it (NCHWc) become the conv's `in_block` / `out_block`.
+  `unpack` before a conv and a `pack` after it (NCHWc) become the conv's `in_block` / `out_block`; a
+  channel shuffle (reshape, transpose [0, 2, 1, 3, 4], reshape) before a depthwise conv its `channel_map`.
 - reduction regions: softmax, log_softmax and layer_norm through norm.py's `Hook`s (helper functions
   `KERNEL_pro<w>` on every element read, `KERNEL_epi<w>` on every element written); reduce_* through
   `reduce_kernels` with an epilogue; the pools (max/avg 2-D and global) like a conv: `lower_pool` with the
@@ -579,11 +580,13 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block = [], None, 0
+    where, unpack, in_block, shuffle = [], None, 0, None
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
             where.append(rg.arg[id(v)])
+        elif k == 0 and anchor.name == "conv2d" and (shuffle := channel_shuffle(rg, v)) is not None:
+            where.append(shuffle[0])
         elif (
             k == 0
             and anchor.name in BLOCKED
@@ -598,7 +601,8 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if len(rg.yields) != 1:
         raise NotLowerable("an epilogue region yields one value")
     main, result = anchor.results[0], rg.yields[0]
-    ops = [op for op in rg.ancestors(result) if op is not anchor and op is not unpack]
+    skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else []))}
+    ops = [op for op in rg.ancestors(result) if id(op) not in skip]
     packs = [op for op in ops if op.name == "pack"]
     if len(packs) > 1 or (packs and anchor.name not in BLOCKED):
         raise NotLowerable(f"one pack, after {', '.join(BLOCKED)} only")
@@ -629,12 +633,32 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
         if "in_block" not in inspect.signature(fn).parameters:
             raise NotLowerable(f"the {anchor.name} template takes no blocked layouts")
         low = fn(sub, epi, in_block=in_block, out_block=out_block)  # type: ignore[call-arg]
+    elif shuffle:
+        low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     else:
         low = fn(sub, epi)
     low.pack = packed_operands(rg, low, where, anchor)
     low = finish(rg, low, [chain], remap(where, chain.extras), len(anchor.operands), extra_params=True)
-    low.schedule = {**low.schedule, "fused": len(ops) + 1 + (unpack is not None)}
+    low.schedule = {**low.schedule, "fused": len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle)}
     return low
+
+
+def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
+    """`v` = reshape(transpose(reshape(arg))) shuffling the channels of kernel operand `arg` (shufflenet:
+    [N, C, H, W] -> [N, G, C/G, H, W] -> perm [0, 2, 1, 3, 4] -> back): (the operand's index, the C
+    expression of the source channel of channel `c`, the three ops); None for anything else."""
+    back = rg.producer(v)
+    tr = rg.producer(back.operands[0]) if back is not None and back.name == "reshape" else None
+    split = rg.producer(tr.operands[0]) if tr is not None and tr.name == "transpose" else None
+    if split is None or split.name != "reshape" or id(split.operands[0]) not in rg.arg:
+        return None
+    if [int(p) for p in tr.attrs.get("perm", [])] != [0, 2, 1, 3, 4]:  # type: ignore[union-attr]
+        return None
+    x, s5 = split.operands[0].type.dims, split.results[0].type.dims
+    if len(x) != 4 or len(s5) != 5 or s5[1] * s5[2] != x[1] or tuple(v.type.dims) != tuple(x):
+        return None
+    g, per = s5[1], s5[2]
+    return rg.arg[id(split.operands[0])], f"(c % {g}) * {per} + c / {g}", [split, tr, back]  # type: ignore
 
 
 # reduction regions ------------------------------------------------------------------------------------
