@@ -76,7 +76,7 @@ def _render(d: Diagnostic, sources: SourceManager, default_file: str, out: list[
     if d.pos is not None:
         out.append(f"{d.pos.file}:{d.pos.line}:{d.pos.col}: {d.severity}: {d.message}\n")
         src = sources.line(d.pos.file, d.pos.line)
-        if src is not None:
+        if src is not None and not any(c < " " and c not in "\t\r" or c == "\x7f" for c in src):  # not binary
             out.append(f"{src}\n{' ' * (d.pos.col - 1)}^\n")
     elif d.loc:
         out.append(f"{format_loc(d.loc)}: {d.severity}: {d.message}\n")

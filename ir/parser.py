@@ -142,6 +142,8 @@ class Parser:
         self.ws()
         if self.pos >= len(self.text):
             return " but reached the end of the input"
+        if self.text.startswith('"', self.pos) and not _STRING.match(self.text, self.pos):
+            return ", found an unterminated string (no closing '\"' on its line)"
         tok = re.match(r"\S{1,20}", self.text[self.pos:])
         return f", found '{tok.group(0)}'" if tok else ""
 
@@ -615,12 +617,19 @@ def parse_module(
     try:
         text = text_part.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DiagnosticError(Diagnostic("error", f"input is not UTF-8 text (byte {e.start})",
-                                         SourcePos(filename, 1, 1))) from None
+        line = text_part.count(b"\n", 0, e.start) + 1 + line_offset  # point at the bad byte
+        col = e.start - (text_part.rfind(b"\n", 0, e.start) + 1) + 1
+        hint = "; import ONNX models with tessel-import first" if filename.endswith(".onnx") else ""
+        raise DiagnosticError(Diagnostic(
+            "error", f"input is not UTF-8 text: byte 0x{text_part[e.start]:02x} at offset {e.start}{hint}",
+            SourcePos(filename, line, col))) from None
     if register_source:
         SOURCES.add(filename, text)
     p = Parser(text, filename, line_offset)
-    module = p.module()
+    try:
+        module = p.module()
+    except RecursionError:  # found by tests/fuzz: `[[[[...` a thousand deep exhausts the Python stack
+        raise p.error("brackets nest too deeply here (the parser takes several hundred levels)") from None
     if not p.at_end():
         raise p.error(f"unexpected text after the module{p._found()}")
     if base_dir is None:

@@ -7,7 +7,7 @@ a rewrite that would (e.g. `x + 0` where the zero broadcasts `x` to a larger sha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.core import Module, Op, Value
 from ..ir.ops.registry import load_all
@@ -142,7 +142,7 @@ class Canonicalize(Pass):
 
     NAME = "canonicalize"
     STATISTICS = {"num-rewrites": "Number of rewrites applied (patterns and dead ops erased)"}
-    max_iterations: int = 1_000_000
+    max_iterations: int = field(default=1_000_000, metadata={"min": 1})  # 0 could never converge
 
     def run(self, module: Module, ctx: PassContext) -> None:
         n = apply_patterns_greedily(module, make_patterns(module), self.max_iterations)

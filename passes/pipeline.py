@@ -71,7 +71,10 @@ def make_pass(name: str, options: str | None) -> Pass:
             raise PipelineError(f"pass '{name}' has no option '{key}' (options: {known})")
         if not eq:
             raise PipelineError(f"option '{key}' of pass '{name}' needs a value: {key}=...")
-        kwargs[fields[key].name] = _convert(name, key, value.strip(), fields[key].type)
+        kwargs[fields[key].name] = v = _convert(name, key, value.strip(), fields[key].type)
+        low = fields[key].metadata.get("min", 0)  # no option counts below zero; a field may ask for more
+        if isinstance(v, int) and not isinstance(v, bool) and v < low:
+            raise PipelineError(f"option '{key}' of pass '{name}' must be at least {low}, got {v}")
     return cls(**kwargs)
 
 

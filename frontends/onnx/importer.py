@@ -46,7 +46,10 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and friends
-        raise _err(f"'{filename}' is not a valid ONNX model (truncated or not ONNX): {e}") from None
+        hint = ""
+        if data.lstrip()[:6] in (b"module", b"func @") or data.lstrip().startswith(b"//"):
+            hint = "; it looks like tessel IR text, which tessel-opt and tessel-run read"
+        raise _err(f"'{filename}' is not a valid ONNX model (truncated or not ONNX): {e}{hint}") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise _err(f"'{filename}' is not an ONNX model: it has no graph")
     base = os.path.dirname(os.path.abspath(filename)) if filename not in ("<stdin>", "-") else os.getcwd()
@@ -61,8 +64,12 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        first = str(e).strip().split("\n")[0]
-        raise _err(f"'{filename}' fails onnx.checker: {first}") from None
+        flat = " ".join(str(e).split())  # one line, keeping the node name the checker puts on later lines
+        raise _err(f"'{filename}' fails onnx.checker: {flat}") from None
+    newest = onnx.defs.onnx_opset_version()
+    if default_opset(model) > newest:  # the checker accepts any version; converters would guess
+        raise _err(f"'{filename}' imports ONNX opset {default_opset(model)}, but the newest opset this "
+                   f"onnx package ({onnx.__version__}) knows is {newest}")
     return model
 
 
