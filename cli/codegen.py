@@ -19,7 +19,7 @@ from .common import (
     split_chunks,
     weights_options,
 )
-from .opt import DEFAULT_TOLERANCE, OptionalValueCommand, tolerance_option
+from .validation import DEFAULT_TOLERANCE, OptionalValueCommand, tolerance_option
 
 EPILOG = """\b
 Examples:
