@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-resources conformance clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-resources conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,13 @@ bench: setup
 
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py
+
+# Random ONNX graphs at -O0..-O3 on numpy and OpenCL against onnxruntime, plus mutated .tsl texts for the
+# parser, for FUZZ_SECONDS (default 300); prints the seed (replay: tests/fuzz/run.py --seed N) and counts,
+# and saves each failure, shrunk, under fuzz-results/. FUZZ_ARGS passes more flags (--targets=numpy ...).
+FUZZ_SECONDS ?= 300
+fuzz: setup
+	$(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pocl-cache .hypothesis

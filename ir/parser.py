@@ -586,7 +586,10 @@ def parse_resources(section: memoryview, filename: str, base_dir: str, line_offs
         m = entry.match(raw, i)
         if not m:
             raise fail("expected a resource entry 'name: \"sha256:...\"' or '} #-}'", i)
-        name = _unescape(m.group(1).decode()) if m.group(1) is not None else m.group(2).decode()
+        try:
+            name = _unescape(m.group(1).decode()) if m.group(1) is not None else m.group(2).decode()
+        except UnicodeDecodeError as e:  # found by tests/fuzz: was an internal compiler error
+            raise fail("resource name is not UTF-8 text", m.start(1) + e.start) from None
         start = m.end()
         end = raw.find(b'"', start)
         if end < 0:

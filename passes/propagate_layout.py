@@ -505,7 +505,13 @@ class PropagateLayout(Pass):
             operands = []
             for how, v in plan:
                 if how == "orig":
-                    operands.append(self._orig[id(v)][1])
+                    src = self._orig[id(v)][1]
+                    if src.op is not None and src.op.parent is None:
+                        # the greedy driver erased the original constant once sinking left it unused
+                        # (found by tests/fuzz: conv -> relu -> add(constant, .))
+                        old = src.op
+                        src = rw.create(op, old.name, [], [src.type], dict(old.attrs), old.loc).result
+                    operands.append(src)
                 elif how == "source":
                     operands.append(v.op.operands[0])  # type: ignore[union-attr]
                 elif how == "back":

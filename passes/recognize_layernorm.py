@@ -193,7 +193,9 @@ class RecognizeLayerNorm(Pass):
                 ops.append(last)
             if gamma is None:
                 norm = m.x.type.dims[m.axis :]
-                t = TensorType((norm[-1],) if norm else (), m.x.type.dtype)
+                # ones over the last dim; over several dims a single one (kernels read a per-element
+                # scale or one value, not one broadcast over part of the line)
+                t = TensorType((norm[-1],) if len(norm) == 1 else (1,), m.x.type.dtype)
                 ones = DenseAttr.splat(np.ones((), t.np_dtype).item(), t)
                 gamma = rw.create(op, "const", [], [t], {"value": ones}, loc=op.loc).result
             operands = [m.x, gamma, *([beta] if beta is not None else [])]

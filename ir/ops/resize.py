@@ -16,7 +16,8 @@ def _resize_infer(sig: Sig) -> list[TensorType]:
     check(len(sizes) == x.rank, f"'sizes' must have {x.rank} values (the input rank), got {len(sizes)}")
     check(all(v >= 1 for v in sizes), f"'sizes' values must be positive, got {sizes}")
     check(len(scales) in (0, x.rank), f"'scales' must be empty or have {x.rank} values, got {len(scales)}")
-    check(all(v > 0 for v in scales), f"'scales' values must be positive, got {scales}")
+    f32_max = float(np.finfo(np.float32).max)  # a larger scale is inf in f32 (found by tests/fuzz)
+    check(all(0 < v <= f32_max for v in scales), f"'scales' values must be positive and finite, got {scales}")
     if sig["mode"] == "linear":
         _float(x)
     else:

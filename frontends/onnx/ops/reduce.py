@@ -38,6 +38,14 @@ def _reduction(onnx_op: str, tessel_op: str, axes_since: int) -> None:
                 keepdims: int = 1, noop_with_empty_axes: int = 0) -> Tensor:
         given = _axes_from(b, axes, axes_input, axes_since) or []
         if not given and noop_with_empty_axes:
+            # reducing no axis skips the reduction but not the elementwise steps: ReduceL2 is sqrt(x^2) =
+            # |x|, ReduceSumSquare x^2, ReduceLogSum log(x) (the spec's note; found by tests/fuzz)
+            if onnx_op in ("ReduceL1", "ReduceL2"):
+                return b.op("abs", [data])
+            if onnx_op == "ReduceSumSquare":
+                return b.op("mul", [data, data])
+            if onnx_op == "ReduceLogSum":
+                return b.op("log", [data])
             return data
         attrs = {"axes": given, "keepdims": bool(keepdims)}
         x = data

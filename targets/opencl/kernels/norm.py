@@ -15,6 +15,7 @@ expression applied to every element read from the input / written to the output 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import numpy as np
 from ....ir.ops.registry import norm_axis
 from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, launch_1d, require_static, template
+from .elementwise import coalesce
 from .reduce import (
     Blocked,
     V,
@@ -230,8 +232,11 @@ def standardize_kernels(ctx: Ctx, rows: int, n: int, affine: str, prologue: Hook
                         epilogue: Hook = NO_HOOK) -> Lowered:
     """(x - mean) / sqrt(var + eps) * scale + bias over contiguous lines of n elements: mean, variance of
     the centred values (two sweeps, as the reference), then the write. `affine`: 'elem' (scale[i]), 'one'
-    (scale[0]) or 'channel' (scale[row % C]); bias (in2) is optional."""
+    (scale[0]), 'channel' (scale[row % C]) or 'broadcast' (scale and bias broadcast over part of the
+    line's trailing dims, read one element at a time at their broadcast offsets); bias (in2) is optional."""
     x, c, vw = _setup(ctx)
+    if affine == "broadcast":
+        vw = 1
     what = f"{ctx.op_name} of {x} over lines of {n} (eps {ctx.attr('epsilon')}, scale per {affine})"
     if x.numel == 0:
         return _empty(what, c)
@@ -253,6 +258,9 @@ def standardize_kernels(ctx: Ctx, rows: int, n: int, affine: str, prologue: Hook
 
         def write(v: V, idx: str, pos: str) -> list[str]:
             sc, bi = (v.load("in1", idx), v.load("in2", idx)) if affine == "elem" else ("sc", "bi")
+            if affine == "broadcast":
+                sc, bi = (f"in{k}[{_broadcast_offset(x.dims, t.dims, n, idx)}]"
+                          for k, t in ((1, ctx.operands[1]), (2, ctx.operands[-1])))
             y = f"({xin(v, idx, pos)} - mean) / den * {sc}" + (f" + {bi}" if has_bias else "")
             return [v.store(epilogue.apply(y, v, pos), "y", idx)]
 
@@ -276,9 +284,32 @@ def layer_norm_kernels(ctx: Ctx, prologue: Hook = NO_HOOK, epilogue: Hook = NO_H
         affine = "elem"
     elif sizes == {1}:
         affine = "one"
-    else:
-        raise NotLowerable("layer_norm scale/bias broadcast over part of the normalized dims")
+    else:  # e.g. a scale of [C] over normalized dims [H, C] (found by tests/fuzz)
+        affine = "broadcast"
     return standardize_kernels(ctx, rows, n, affine, prologue, epilogue)
+
+
+def _broadcast_offset(x_dims: tuple[int, ...], shape: tuple[int, ...], n: int, idx: str) -> str:
+    """The offset in an operand of `shape` (broadcast to the trailing dims of x that make up a line of n
+    elements) of the line's element `idx`."""
+    line: list[int] = []
+    for d in reversed(x_dims):
+        if math.prod(line) == n:
+            break
+        line.insert(0, d)
+    shape = tuple(shape)
+    while len(shape) > len(line) and shape[0] == 1:
+        shape = shape[1:]
+    dims, (strides,) = coalesce(line, [shape])
+    terms = []
+    for k, (d, s) in enumerate(zip(dims, strides, strict=True)):
+        if s == 0:
+            continue
+        inner = math.prod(dims[k + 1 :])
+        t = f"({idx})" if inner == 1 else f"(({idx}) / {inner})"
+        t = t if k == 0 else f"({t} % {d})"
+        terms.append(t if s == 1 else f"{t} * {s}")
+    return " + ".join(terms) or "0"
 
 
 @template("layer_norm")
