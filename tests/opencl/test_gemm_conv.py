@@ -255,3 +255,18 @@ def test_epilogue_with_a_as_is() -> None:
     low = lower_matmul(ctx, relu)
     assert len(low.kernels) == 1 and "fmax(" in low.kernels[0].source
     assert low.kernels[0].args == ("in0", "in1", "out0")
+
+
+@pytest.mark.parametrize("c, o, g, hw, k, p, vcols", [
+    (272, 272, 4, 14, 1, 0, 5),  # shufflenet: 68 outputs a group, 5 16-wide columns (the last 4 lanes)
+    (64, 128, 4, 8, 1, 0, 2),  # 32 a group: 2 whole columns, nothing padded
+    (48, 96, 2, 9, 3, 1, 3),  # 3x3 with pads: repacked input, 3 columns of 16
+    (272, 272, 4, 7, 1, 0, 1),  # 7x7: no tile of 2..5 pixels divides it; one column, read in place
+])
+def test_grouped_conv_computes_whole_groups(c, o, g, hw, k, p, vcols) -> None:
+    """A grouped conv of 2..6 columns a group gives each work-item all of its group's columns (each input
+    value loaded once for all of them), unless no such tile divides an output it could read in place."""
+    ins, attrs = conv_case(1, c, o, hw, k, p=p, g=g)
+    check_op("conv2d", ins, attrs, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs)[1]
+    assert low.schedule.get("vcols", 1) == vcols

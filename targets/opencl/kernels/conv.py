@@ -11,7 +11,9 @@ place instead, plane by plane (an RGB stem, shufflenet's grouped 1x1 convs). Wei
   vectors and does TH*TW*vcols FMAs with broadcast input scalars, like the GEMM micro-kernel. Dense convs
   of more than 16 output channels take two columns and tiles of 6..9 pixels (up to 14 on images of at
   most 14x14), the loop over a block's channels rolled 4 channels a trip (fully unrolled, LLVM hoists the
-  broadcasts and spills them); others one column, 14..24 pixels, fully unrolled (pick_vcols, pick_tile,
+  broadcasts and spills them); a grouped conv of 2..6 columns a group (shufflenet's 68 channels: 5) all of
+  its group's columns on 2..5-pixel tiles (each input value loaded once for all: ~1.2-1.6x on shufflenet's
+  grouped 1x1 convs); others one column, 14..24 pixels, fully unrolled (pick_vcols, pick_tile,
   pick_unroll, chosen from bench/conv_sweep.py: on this machine's Zen 5 cores the light models' convs
   went from 200-370 to 350-450 GFLOP/s). The FMAs are `fma()`: PoCL builds without -cl-mad-enable, so
   `mad()` would become a multiply and an add;
@@ -66,7 +68,7 @@ def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False, nc: int = 1,
     pixels times (1 + 2 / pixels), the loads per FMA beside the broadcasts, then the input pixels the
     tile reads through `window` (KH, KW, SH, SW). `exact`: only tiles dividing the output, of at least
     7 pixels (6..14 for several columns); (0, 0) when there are none."""
-    lo = 7 if nc == 1 else 6
+    lo = 7 if nc == 1 else 6 if nc == 2 else 2  # whole-group columns (3..6) leave room for few pixels
     if nc > 1:
         hi = min(28 // nc, 14 if exact or ho * wo <= 196 else 9)
     kh, kw, sh, sw = window
@@ -91,11 +93,27 @@ def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False, nc: int = 1,
     return int(best[-2]), int(best[-1])
 
 
+def group_columns(og: int) -> tuple[int, int]:
+    """(width, columns) of a group of `og` output channels: the widest power-of-2 divisor up to 16, or,
+    when that is under 8 (34 channels), 8- or 16-wide columns with the group's channels padded."""
+    width = math.gcd(og, 16)
+    if width < 8 and og >= 8:
+        width = 16 if og >= 12 else 8
+    return width, math.ceil(og / width)
+
+
 def pick_vcols(geo: Geometry) -> int:
-    """16-wide columns of output channels a work-item: two for dense convs of more than 16 channels (each
-    broadcast input value feeds two FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s against
-    200-370 on the light models' convs), else one."""
-    return 2 if geo.g == 1 and geo.o > 16 else 1
+    """Columns of output channels a work-item: two 16-wide ones for dense convs of more than 16 channels
+    (each broadcast input value feeds two FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s against
+    200-370 on the light models' convs); for a grouped conv of 2..6 columns a group, all of them (the
+    work-item computes its whole group: shufflenet's 68-channel groups, 5 columns, went from one load per
+    FMA to 0.4), else one."""
+    if geo.g == 1:
+        return 2 if geo.o > 16 else 1
+    if geo.cg == 1 and geo.og == 1:  # depthwise
+        return 1
+    cols = group_columns(geo.og)[1]
+    return cols if 2 <= cols <= 6 else 1
 
 
 def planar_block(cg: int) -> int:
@@ -338,12 +356,26 @@ def tile_ids(geo: Geometry, th: int, tw: int, cols_first: bool, blocks: int) -> 
     ]
 
 
+def column_ids(geo: Geometry, width: int, cw: int, cpg: int, nc: int) -> list[str]:
+    """The group and first output channel of work-item column `ob` (and, for a grouped conv's padded
+    columns, `lim`, the valid lanes of its column)."""
+    if cpg and nc > 1:  # the whole group
+        return ["    const int grp = ob;", f"    const int oc0 = grp * {geo.og};"]
+    if cpg:
+        return [f"    const int grp = ob / {cpg};",
+                f"    const int oc0 = grp * {geo.og} + ob % {cpg} * {width};",
+                f"    const int lim = {geo.og} - ob % {cpg} * {width};  // valid lanes of this column"]
+    return [f"    const int oc0 = ob * {cw};",
+            f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;"]
+
+
 def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
                  epilogue: Epilogue | None, cpg: int = 0, nc: int = 1, cols_first: bool = False,
                  unroll: int = 0, planar: bool = False) -> str:
     """`cpg` > 0: grouped conv whose groups' output channels are padded to `cpg` columns of `width` each
-    (weights packed per group), so a group of 34 channels still gets 16-wide columns. `nc` > 1 (dense
-    convs): each work-item computes `nc` adjacent columns (weights packed `nc * width` wide), so each
+    (weights packed per group), so a group of 34 channels still gets 16-wide columns; with `nc` == `cpg`
+    a work-item computes all of its group's columns. `nc` > 1 (dense convs): each work-item computes `nc`
+    adjacent columns (weights packed `nc * width` wide), so each
     broadcast input value feeds `nc` FMAs. `cols_first`: global dimension 0 walks the columns. `unroll`
     > 0: the loop over a block's channels stays rolled, that many channels a trip. `planar`: P is the
     NCHW input itself (hp x wp = the image, blocks of cb planes dividing a group), read with no repack."""
@@ -362,12 +394,8 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
         f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
         f"// tile: {th}x{tw} output pixels x {nc} {vt} of output channels a work-item; input blocks of {cb}",
         f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
-        *tile_ids(geo, th, tw, cols_first, geo.g * cpg if cpg else math.ceil(geo.o / cw)),
-        *([f"    const int grp = ob / {cpg};",
-           f"    const int oc0 = grp * {geo.og} + ob % {cpg} * {width};",
-           f"    const int lim = {geo.og} - ob % {cpg} * {width};  // valid lanes of this column"] if cpg else
-          [f"    const int oc0 = ob * {cw};",
-           f"    const int grp = oc0 / {geo.og};" if geo.g > 1 else "    const int grp = 0;"]),
+        *tile_ids(geo, th, tw, cols_first, geo.g * (cpg // nc) if cpg else math.ceil(geo.o / cw)),
+        *column_ids(geo, width, cw, cpg, nc),
         f"    const __global float* xb = P + (long)(n * {geo.g} + grp) * {cbn * hp * wp * cb}"
         f" + oh0 * {geo.sh * row} + ow0 * {geo.sw * px};",
         f"    const __global float* wp = W + ob * {cbn * geo.kh * geo.kw * cb * cw};",
@@ -405,7 +433,10 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
         oc = "oc0" if c == 0 else f"oc0 + {c * width}"
         stores = store_pixels(geo, th, tw, width, accs[c], has_bias, epilogue, lane_limit=bool(cpg), oc=oc,
                               tag="" if c == 0 else f"_{c}")
-        if c and geo.o % cw:  # a column past the last channel
+        if cpg and nc > 1:  # column c of a whole group: its valid lanes
+            lim = f"    {{ const int lim = {geo.og - c * width};"
+            stores = [lim, *(f"    {ln}" for ln in stores), "    }"]
+        elif c and geo.o % cw:  # a column past the last channel
             stores = [f"    if ({oc} < {geo.o}) {{", *(f"    {ln}" for ln in stores), "    }"]
         lines += stores
     lines.append("}")
@@ -496,9 +527,15 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         raise NotLowerable("only a depthwise conv reading NCHW takes a channel map (a fused channel shuffle)")
     direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise)
     th, tw = tile_override(ctx, geo, exact=direct, nc=max(nc, 1))
-    if nc < 1 or nc * th * tw > 32 or (nc > 1 and geo.g > 1):
+    if geo.g > 1 and nc > 1 and direct and (geo.ho % th or geo.wo % tw) and "vcols" not in ctx.schedule:
+        nc = 1  # whole-group tiles would over-read an unpadded input that could be read in place: no
+        th, tw = tile_override(ctx, geo, exact=direct, nc=1)
+    whole_group = geo.g > 1 and not depthwise and nc > 1  # a work-item computes all columns of its group
+    if nc < 1 or nc * th * tw > 32 or (whole_group and nc != group_columns(geo.og)[1]) or (
+            nc > 1 and depthwise):
         raise NotLowerable(f"'conv2d' schedule vcols={nc}: 1 or more columns a work-item, at most 32 "
-                           f"accumulators ({th}x{tw} tile), several only for dense convs")
+                           f"accumulators ({th}x{tw} tile), several only for dense convs or all of a "
+                           f"group's")
     hp, wp = geo.padded_input(th, tw)
     tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
     # read a blocked in0 in place when its blocks are the kernel's and no pads or tile over-read are needed
@@ -525,9 +562,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         # divisor (34 channels), each group's channels are padded to whole 8- or 16-wide columns instead
         cpg = 0
         width = pick_cols(geo.o) if geo.g == 1 else math.gcd(geo.og, 16)
-        if geo.g > 1 and width < 8 and geo.og >= 8 and "cols" not in ctx.schedule:
-            width = 16 if geo.og >= 12 else 8
-            cpg = math.ceil(geo.og / width)
+        if geo.g > 1 and (whole_group or width < 8 and geo.og >= 8) and "cols" not in ctx.schedule:
+            width, cpg = group_columns(geo.og)
         width = int(ctx.schedule.get("cols", width))
         if width not in (1, 2, 4, 8, 16) or (geo.g > 1 and not cpg and geo.og % width):
             raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16 and divide the "
@@ -538,8 +574,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         default = in_block if in_block and geo.g == 1 else default
         cb = int(ctx.schedule.get("cin_block", default))
         planar = planar and geo.cg % cb == 0  # a block never reads past its group's channels
-        if cpg:
-            pack = {1: PackSpec((2, 1), (cb, width), reshape=(geo.g, geo.og, geo.cg, geo.kh, geo.kw))}
+        if cpg:  # per group: [G, cpg / nc, C/G/cb, KH, KW, cb, width * nc], padded channels zero
+            pack = {1: PackSpec((2, 1), (cb, width * nc), reshape=(geo.g, geo.og, geo.cg, geo.kh, geo.kw))}
         else:
             pack = {1: PackSpec((1, 0), (cb, width * nc))}
         in_place = in_place and geo.g == 1 and cb == in_block
@@ -552,7 +588,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
             raise NotLowerable(f"'conv2d' schedule unroll={unroll} must divide the {cb} channels of a block")
         src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg, nc, cols_first, unroll,
                            planar)
-        blocks = geo.g * cpg if cpg else math.ceil(geo.o / (width * nc))
+        blocks = geo.g * (cpg // nc) if cpg else math.ceil(geo.o / (width * nc))
     along = blocks if cols_first else tiles  # work-items along global dimension 0
     local = int(ctx.schedule.get("local", 4))
     if "local" not in ctx.schedule:
