@@ -220,3 +220,18 @@ def test_pool_nan_propagates_blocked() -> None:
     x = arr(1, 16, 6, 6)
     x[0, 3, 2, 2] = np.nan
     check_blocked("max_pool2d", [x], pool_attrs(2, 2), 16, 16, lower=lower_pool)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("max_pool2d", {"kernel": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0], "dilations": [2, 1]}),
+    ("avg_pool2d", {"kernel": [3, 2], "strides": [1, 2], "pads": [1, 0, 1, 1], "count_include_pad": True}),
+])
+def test_pool_interior_taps_and_border_loop(op, attrs) -> None:
+    """A blocked pool unrolls the taps of windows inside the image and keeps the checked loop for the
+    border: asymmetric pads, dilation, a NaN inside and one on the border, NCHWc and NCHW outputs."""
+    x = arr(1, 16, 11, 12)
+    x[0, 5, 5, 6] = np.nan
+    x[0, 9, 0, 11] = np.nan
+    for out_block in (16, 0):
+        check_blocked(op, [x], attrs, 16, out_block, lower=lower_pool)
+    assert "if (hs >= 0" in lower_pool(make_ctx(op, [x], attrs), in_block=16).kernels[0].source

@@ -249,7 +249,9 @@ def pool_blocked(ctx: Ctx, epilogue: Epilogue | None, in_block: int, out_block: 
     """2-D and global pools with in0 and/or out0 in NCHWc blocks of b: a work-item computes one output row
     of one channel block as `float<b>` vectors (one vector load a tap from a blocked input, a gather of b
     planes from an NCHW one) and stores a vector a pixel to a blocked output (lanes past C zeroed) or b
-    strided scalars to an NCHW one."""
+    strided scalars to an NCHW one. From a blocked input, a window of at most 25 taps that lies inside the
+    image has its taps unrolled with no bounds checks (inception_v2's pools ~1.5x faster); border windows
+    take the checked loop."""
     x, y, T = _float_type(ctx)
     op = ctx.op_name
     if T != "float" or x.rank != 4:
@@ -295,6 +297,7 @@ def pool_blocked(ctx: Ctx, epilogue: Epilogue | None, in_block: int, out_block: 
              f"    for (int ow = 0; ow < {wo}; ++ow) {{",
              f"        const int ws = ow * {s1} - {p[1]};",
              f"        {TV} acc = ({TV})({'-INFINITY' if is_max else '0.0f'});",
+             *_interior_taps(in_block, k0, k1, d0, d1, h, w, load, is_max),
              f"        for (int i = 0; i < {k0}; ++i) {{",
              f"            const int ih = hs + i * {d0};",
              f"            if (ih < 0 || ih >= {h}) continue;",
@@ -304,7 +307,7 @@ def pool_blocked(ctx: Ctx, epilogue: Epilogue | None, in_block: int, out_block: 
              *([] if in_block else ["                const int off = ih * " + str(w) + " + iw;"]),
              f"                const {TV} v = {load};",
              f"                {_max('acc', 'v', True) if is_max else 'acc += v;'}",
-             "            }", "        }"]
+             "            }", "        }", *(["        }"] if in_block and k0 * k1 <= 25 else [])]
     res = "acc"
     if not is_max:
         lines += [f"        const int ch = min(hs + {k0}, {hi_h}) - max(hs, {lo_h});",
@@ -326,6 +329,24 @@ def pool_blocked(ctx: Ctx, epilogue: Epilogue | None, in_block: int, out_block: 
     kern = launch_1d(n * cbn * ho, local=16)
     return Lowered([Kernel("\n".join(lines) + "\n", kern.global_size, kern.local_size)],
                    schedule={"in_block": in_block, "out_block": out_block})
+
+
+def _interior_taps(in_block: int, k0: int, k1: int, d0: int, d1: int, h: int, w: int, load: str,
+                   is_max: bool) -> list[str]:
+    """For a blocked input and a window of at most 25 taps: when the whole window lies inside the image
+    (every output but the border ones), its taps unrolled with no bounds checks; the caller closes the
+    `else` around the checked loop. Nothing otherwise."""
+    if not in_block or k0 * k1 > 25:
+        return []
+    inside = f"hs >= 0 && hs + {(k0 - 1) * d0} < {h} && ws >= 0 && ws + {(k1 - 1) * d1} < {w}"
+    lines = [f"        if ({inside}) {{"]
+    for i in range(k0):
+        for j in range(k1):
+            tap = load.replace("ih)", f"hs + {i * d0})").replace("iw)", f"ws + {j * d1})")
+            lines.append(f"            {{ const float{in_block} v = {tap};")
+            lines.append(f"              {_max('acc', 'v', True) if is_max else 'acc += v;'} }}")
+    lines.append("        } else {")
+    return lines
 
 
 # resize ---------------------------------------------------------------------------------------------------
