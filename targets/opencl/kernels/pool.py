@@ -76,6 +76,10 @@ def lower_pool(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
     the NCHW op; `epilogue` (see gemm.Epilogue) gets the flat index in out0's layout."""
     if epilogue is not None and ctx.operands[0].dtype != "f32":
         raise NotLowerable(f"'{ctx.op_name}' with a fused epilogue: f32 only")
+    if out_block and not in_block and not ctx.op_name.startswith("global"):
+        # gathering b planes a tap costs more than pooling NCHW and packing after (inception_v1's pool
+        # after an LRN: 0.7 ms); the region falls back to its ops, one launch each
+        raise NotLowerable(f"'{ctx.op_name}' from NCHW to NCHW{out_block}c: pooled in NCHW, packed after")
     if in_block or out_block:
         return pool_blocked(ctx, epilogue, in_block, out_block)
     if ctx.op_name in ("global_avg_pool", "global_max_pool"):
