@@ -270,17 +270,12 @@ class _Fuser:
         back: shufflenet) read only by a depthwise conv: the conv's kernel reads the shuffled channels
         where they are (its input repack reads channel c from (c % G) * C/G + c / G), so the shuffle
         costs no launch and no copy. Returns [reshape, transpose, reshape] or []."""
-        if anchor.name != "conv2d" or not is_channel_shuffle(anchor.operands[0]):
+        chain = channel_shuffle_ops(anchor.operands[0]) if anchor.name == "conv2d" else None
+        if chain is None:
             return []
         x, w = anchor.operands[0].type, anchor.operands[1].type
         if anchor.attrs.get("groups", 1) != x.dims[1] or w.dims[0] != x.dims[1] or w.dims[1] != 1:
             return []  # not depthwise: only that template reads through a channel map
-        back = anchor.operands[0].op
-        assert back is not None and back.operands[0].op is not None
-        tr = back.operands[0].op
-        split = tr.operands[0].op
-        assert split is not None
-        chain = [split, tr, back]
         if not all(self.fusible(o) and len(o.result.uses) == 1 for o in chain):
             return []
         return chain
@@ -669,22 +664,26 @@ class _Fuser:
         self.block.ops[:] = order
 
 
-def is_channel_shuffle(v: Value) -> bool:
-    """Whether `v` is reshape(transpose(reshape(x))) that shuffles the channels of a 4-D NCHW x:
-    [N, C, H, W] -> [N, G, C/G, H, W] -> perm [0, 2, 1, 3, 4] -> [N, C, H, W]."""
+def channel_shuffle_ops(v: Value) -> list[Op] | None:
+    """[reshape, transpose, reshape] when `v` shuffles the channels of a 4-D NCHW x:
+    [N, C, H, W] -> [N, G, C/G, H, W] -> perm [0, 2, 1, 3, 4] -> [N, C, H, W]; else None."""
     back = v.op
     if back is None or back.name != "reshape" or v.type.rank != 4:
-        return False
+        return None
     tr = back.operands[0].op
     if tr is None or tr.name != "transpose" or tr.attrs.get("perm") != [0, 2, 1, 3, 4]:
-        return False
+        return None
     split = tr.operands[0].op
-    if split is None or split.name != "reshape":
-        return False
+    if split is None or split.name != "reshape" or split.operands[0].type.rank != 4:
+        return None
     n, c, h, w = split.operands[0].type.dims
     s5 = split.result.type.dims
-    return (len(s5) == 5 and s5[0] == n and s5[1] * s5[2] == c and s5[3:] == (h, w)
-            and v.type.dims == (n, c, h, w))
+    split_ok = len(s5) == 5 and s5[:1] + s5[3:] == (n, h, w) and s5[1] * s5[2] == c
+    return [split, tr, back] if split_ok and v.type.dims == (n, c, h, w) else None
+
+
+def is_channel_shuffle(v: Value) -> bool:
+    return channel_shuffle_ops(v) is not None
 
 
 def blocked_on_channels(op: Op) -> bool:

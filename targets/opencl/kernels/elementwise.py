@@ -349,6 +349,19 @@ def coalesce(out: Sequence[int], operands: Sequence[Sequence[int]]) -> tuple[lis
     return dims, strides
 
 
+def offset(dims: Sequence[int], strides: Sequence[int], q: str) -> str:
+    """The element offset, over coalesced `dims` with an operand's `strides`, of flat position `q`."""
+    terms = []
+    for k, (d, s) in enumerate(zip(dims, strides, strict=True)):
+        if s == 0:
+            continue
+        inner = math.prod(dims[k + 1 :])
+        t = f"({q})" if inner == 1 else f"(({q}) / {inner})"
+        t = t if k == 0 else f"({t} % {d})"
+        terms.append(t if s == 1 else f"{t} * {s}")
+    return " + ".join(terms) or "0"
+
+
 def _check_types(ctx: Ctx) -> None:
     require_static(*ctx.operands, *ctx.results)
     for t in [*ctx.operands, *ctx.results]:

@@ -35,6 +35,7 @@ from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from ....ir.ops.registry import Sig, get_op, op_sig
 from ....ir.types import TensorType
+from ....passes.fuse import channel_shuffle_ops
 from . import elementwise as ew
 from .base import (
     Ctx,
@@ -48,6 +49,7 @@ from .base import (
     template,
 )
 from .conv import lower_conv2d
+from .elementwise import offset
 from .gemm import lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
 from .reduce import REDUCERS, reduce_kernels
@@ -185,20 +187,6 @@ def check_types(ctx: Ctx, *ops: Op) -> None:
         ctype(t)
     if not ctx.device.fp64 and any(op.name == "pow" and not op.operand_types[0].is_float for op in ops):
         raise NotLowerable("integer pow computes in double, which the device lacks")
-
-
-# index arithmetic -------------------------------------------------------------------------------------
-def offset(dims: list[int], strides: list[int], q: str) -> str:
-    """The element offset, over coalesced `dims` with an operand's `strides`, of flat position `q`."""
-    terms = []
-    for k, (d, s) in enumerate(zip(dims, strides, strict=True)):
-        if s == 0:
-            continue
-        inner = math.prod(dims[k + 1 :])
-        t = f"({q})" if inner == 1 else f"(({q}) / {inner})"
-        t = t if k == 0 else f"({t} % {d})"
-        terms.append(t if s == 1 else f"{t} * {s}")
-    return " + ".join(terms) or "0"
 
 
 @dataclass(frozen=True)
@@ -644,21 +632,13 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
 
 
 def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
-    """`v` = reshape(transpose(reshape(arg))) shuffling the channels of kernel operand `arg` (shufflenet:
-    [N, C, H, W] -> [N, G, C/G, H, W] -> perm [0, 2, 1, 3, 4] -> back): (the operand's index, the C
-    expression of the source channel of channel `c`, the three ops); None for anything else."""
-    back = rg.producer(v)
-    tr = rg.producer(back.operands[0]) if back is not None and back.name == "reshape" else None
-    split = rg.producer(tr.operands[0]) if tr is not None and tr.name == "transpose" else None
-    if split is None or split.name != "reshape" or id(split.operands[0]) not in rg.arg:
+    """`v` = a channel shuffle of kernel operand `arg` (passes/fuse.channel_shuffle_ops): (the operand's
+    index, the C expression of the source channel of channel `c`, the three ops); None for anything else."""
+    ops = channel_shuffle_ops(v)
+    if ops is None or id(ops[0].operands[0]) not in rg.arg:
         return None
-    if [int(p) for p in tr.attrs.get("perm", [])] != [0, 2, 1, 3, 4]:  # type: ignore[union-attr]
-        return None
-    x, s5 = split.operands[0].type.dims, split.results[0].type.dims
-    if len(x) != 4 or len(s5) != 5 or s5[1] * s5[2] != x[1] or tuple(v.type.dims) != tuple(x):
-        return None
-    g, per = s5[1], s5[2]
-    return rg.arg[id(split.operands[0])], f"(c % {g}) * {per} + c / {g}", [split, tr, back]  # type: ignore
+    g, per = ops[0].results[0].type.dims[1:3]
+    return rg.arg[id(ops[0].operands[0])], f"(c % {g}) * {per} + c / {g}", ops
 
 
 # reduction regions ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import numpy as np
 from ....ir.ops.registry import norm_axis
 from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, launch_1d, require_static, template
-from .elementwise import coalesce
+from .elementwise import coalesce, offset
 from .reduce import (
     Blocked,
     V,
@@ -301,15 +301,7 @@ def _broadcast_offset(x_dims: tuple[int, ...], shape: tuple[int, ...], n: int, i
     while len(shape) > len(line) and shape[0] == 1:
         shape = shape[1:]
     dims, (strides,) = coalesce(line, [shape])
-    terms = []
-    for k, (d, s) in enumerate(zip(dims, strides, strict=True)):
-        if s == 0:
-            continue
-        inner = math.prod(dims[k + 1 :])
-        t = f"({idx})" if inner == 1 else f"(({idx}) / {inner})"
-        t = t if k == 0 else f"({t} % {d})"
-        terms.append(t if s == 1 else f"{t} * {s}")
-    return " + ".join(terms) or "0"
+    return offset(dims, strides, idx)
 
 
 @template("layer_norm")
