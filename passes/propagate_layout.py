@@ -45,8 +45,6 @@ from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 ANCHORS = ("conv2d", *POOLS)
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-# mark, during the pass, the convs that read (write) NCHW only: no anchors on that side
-NCHW_INPUT, NCHW_OUTPUT = "propagate_layout.nchw_input", "propagate_layout.nchw_output"
 
 
 @dataclass(frozen=True)
@@ -164,13 +162,6 @@ def _create(
     return op.result
 
 
-def _is_anchor_input(op: Op, v: Value) -> bool:
-    """Whether anchor `op` reads `v` as its input (operand 0) and nowhere else; a conv whose input side
-    was refused the layout (a grouped conv with groups of 68 channels) is no anchor for its input."""
-    return (op.name in ANCHORS and op.operands[0] is v and v not in op.operands[1:]
-            and not op.attrs.get(NCHW_INPUT, False))
-
-
 def _top_level(op: Op) -> bool:
     """Ops of a func body: the pass leaves kernel regions (already fused) alone."""
     block = op.parent
@@ -195,6 +186,9 @@ class PropagateLayout(Pass):
     # converted constant -> (it, the original), so hoisting can go back to the original
     _orig: dict[int, tuple[Value, Value]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _ctx: PassContext = field(default_factory=PassContext, init=False, repr=False, compare=False)
+    # ids of the convs refused the layout on their input (output) side: no anchors on that side
+    _nchw_in: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    _nchw_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def run(self, module: Module, ctx: PassContext) -> None:
         if self.layout not in ("nchwc", "nhwc") or self.block < 1:
@@ -208,6 +202,7 @@ class PropagateLayout(Pass):
         load_all()
         lay = Layout(self.layout, self.block)
         self._orig = {}
+        self._nchw_in, self._nchw_out = set(), set()
         self._ctx = ctx
         rw = Rewriter()
         for func in module.funcs:
@@ -233,15 +228,18 @@ class PropagateLayout(Pass):
         }
         apply_patterns_greedily(module, cleanup)
         self.report(module, lay, ctx)
-        for func in module.funcs:
-            for op in func.block.ops:
-                op.attrs.pop(NCHW_INPUT, None)
-                op.attrs.pop(NCHW_OUTPUT, None)
+
+    def _is_anchor_input(self, op: Op, v: Value) -> bool:
+        """Whether anchor `op` reads `v` as its input (operand 0) and nowhere else; a conv whose input side
+        was refused the layout (a grouped conv with groups of 68 channels) is no anchor for its input."""
+        return (op.name in ANCHORS and op.operands[0] is v and v not in op.operands[1:]
+                and id(op) not in self._nchw_in)
 
     # 1. anchors -------------------------------------------------------------------------------------------
     def anchor_conv(self, conv: Op, lay: Layout, rw: Rewriter, ctx: PassContext) -> None:
         x, y = conv.operands[0].type, conv.result.type
-        conv.attrs[NCHW_INPUT] = conv.attrs[NCHW_OUTPUT] = True  # until a side is given the layout
+        self._nchw_in.add(id(conv))  # until a side is given the layout
+        self._nchw_out.add(id(conv))
         if not (x.is_static and y.is_static):
             self.stat("num-refused")
             ctx.remark_missed("layout", "dynamic-shape", [conv], f"conv2d on {x} has a dynamic shape")
@@ -279,10 +277,10 @@ class PropagateLayout(Pass):
             return
         self.stat("num-anchored")
         if side_in:
-            del conv.attrs[NCHW_INPUT]
+            self._nchw_in.discard(id(conv))
             conv.set_operand(0, lay.back(rw, conv, lay.to(rw, conv, conv.operands[0]), x))
         if side_out:
-            del conv.attrs[NCHW_OUTPUT]
+            self._nchw_out.discard(id(conv))
             packed = lay.to(rw, conv, conv.result, after=True)
             assert packed.op is not None
             back = lay.back(rw, packed.op, packed, y, after=True)
@@ -455,9 +453,10 @@ class PropagateLayout(Pass):
                 return False
             assert to is not None
             x = to.operands[0]
-            if (x.op is not None and x.op.name in ANCHORS and not x.op.attrs.get(NCHW_OUTPUT, False)
+            if (x.op is not None and x.op.name in ANCHORS and id(x.op) not in self._nchw_out
                     and len(x.uses) == 1):  # the anchor writes blocked
-                if all(_is_anchor_input(u, op.result) for u in op.result.users) or len(to.result.uses) > 1:
+                handed_on = all(self._is_anchor_input(u, op.result) for u in op.result.users)
+                if handed_on or len(to.result.uses) > 1:
                     return False
                 _, reason, message, ops = self.why_back(op, lay)
                 self._ctx.remark_missed(
@@ -480,7 +479,7 @@ class PropagateLayout(Pass):
             users = op.result.users
             if not users or not all(lay.is_back(u) for u in users):
                 return False
-            if any(_is_anchor_input(a, u.result) for u in users for a in u.result.users):
+            if any(self._is_anchor_input(a, u.result) for u in users for a in u.result.users):
                 return False  # an anchor reads it blocked
             like = users[0].result.type
             if lay.to_type(like) != op.result.type:
@@ -555,7 +554,7 @@ class PropagateLayout(Pass):
                 if op.operands[0].op is not None:
                     union(op, op.operands[0].op)
                 users = op.result.users
-                if users and all(_is_anchor_input(u, op.result) for u in users):
+                if users and all(self._is_anchor_input(u, op.result) for u in users):
                     for u in users:
                         union(op, u)
                 else:
@@ -600,7 +599,7 @@ class PropagateLayout(Pass):
 
     def why_back(self, op: Op, lay: Layout) -> tuple[Op, str, str, list[Op]]:
         for u in op.result.users:
-            if u.name in ANCHORS and _is_anchor_input(u, op.result):
+            if u.name in ANCHORS and self._is_anchor_input(u, op.result):
                 continue
             d = get_op(u.name)
             if u.name == "return":
