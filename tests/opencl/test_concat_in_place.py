@@ -50,3 +50,29 @@ def test_densenet_concats_assembled() -> None:
     assembled = [op for op in launches if op.attrs.get("assembled")]
     assert concats == 58 and len(assembled) == concats
     assert all(not op.attrs["kernels"] for op in assembled)
+
+
+def test_unaligned_offset_is_a_clear_error() -> None:
+    """A result at an offset the device cannot make a sub-buffer of (a module lowered for a device with a
+    smaller alignment) is a diagnostic naming the offset, not a driver error."""
+    from tessel.ir.diagnostics import DiagnosticError
+
+    m = parse_module(CHUNKS[0].encode(), "concat.tsl")
+    lower_module(m)
+    placed = next(op for op in m.funcs[0].block.ops if op.attrs.get("offsets"))
+    placed.attrs["offsets"] = [4]
+    with pytest.raises(DiagnosticError, match="byte offset 4 .* aligned to"):
+        Executable(m, m.funcs[0])
+
+
+def test_verifier_checks_offsets() -> None:
+    from tessel.ir.verifier import verify
+
+    m = parse_module(CHUNKS[0].encode(), "concat.tsl")
+    lower_module(m)
+    placed = next(op for op in m.funcs[0].block.ops if op.attrs.get("offsets"))
+    placed.attrs["offsets"] = [-128]
+    assert any("'offsets' needs one non-negative byte offset" in d.message for d in verify(m))
+    assembled = next(op for op in m.funcs[0].block.ops if op.attrs.get("assembled"))
+    assembled.attrs["assembled"] = False
+    assert any("empty only for an `assembled` launch" in d.message for d in verify(m))
