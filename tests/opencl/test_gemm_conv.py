@@ -80,6 +80,22 @@ def test_conv2d_schedule_override() -> None:
 
 
 @pytest.mark.parametrize("case, schedule", [
+    (conv_case(1, 24, 24, 7, 3, p=1, g=24), {}),  # a partial last block, rows under 16 columns
+    (conv_case(1, 40, 40, 28, 3, p=1, g=40), {}),  # a 12-column tail chunk over-reading the next row
+    (conv_case(1, 16, 16, 33, 3, s=2, p=1, g=16), {}),  # stride 2: the right pad column is never read
+    (conv_case(2, 32, 32, (5, 18), 3, p=[2, 1, 0, 3], g=32), {}),  # batch 2, asymmetric pads
+    (conv_case(1, 48, 32, 10, 3, p=1, g=2), {"cin_block": 16}),  # grouped: 24 channels a group, 2 blocks
+])
+def test_conv2d_repacks_16_channel_blocks(case, schedule) -> None:
+    """The repack of an NCHW input into 16-channel blocks (repack_input_transposed): 16 columns of 16
+    planes a step, transposed in registers; pads, channel tails, tail chunks and the input's last row."""
+    check_op("conv2d", *case, schedule=schedule, **TOL)
+    types = [TensorType.of(a) for a in case[0]]
+    low = lower_op("conv2d", types, case[1], schedule=schedule)[1]
+    assert "transposed in registers" in low.kernels[0].source
+
+
+@pytest.mark.parametrize("case, schedule", [
     (conv_case(1, 16, 40, 9, 3, p=1), {"tile_h": 3, "tile_w": 3, "vcols": 2}),  # 2nd column: lanes 32..39
     (conv_case(1, 20, 20, (7, 5), 1), {"tile_h": 2, "tile_w": 3, "vcols": 2}),  # 2nd column past O, tails
     (conv_case(1, 32, 96, 7, 3, s=2, p=1), {"tile_h": 1, "tile_w": 4, "vcols": 3, "cols_first": True}),
