@@ -286,3 +286,16 @@ def test_grouped_conv_computes_whole_groups(c, o, g, hw, k, p, vcols) -> None:
     check_op("conv2d", ins, attrs, **TOL)
     low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs)[1]
     assert low.schedule.get("vcols", 1) == vcols
+
+
+@pytest.mark.parametrize("case, cols, vcols", [
+    (conv_case(1, 3, 24, 17, 3, s=2, p=1), 8, 3),  # shufflenet's stem: three 8-wide columns, none padded
+    (conv_case(1, 16, 48, 13, 5, p=2), 16, 3),  # 48 channels: three 16-wide columns instead of 64 lanes
+    (conv_case(1, 32, 48, 13, 1), 16, 2),  # unpadded, 13x13: two columns keep a tile dividing the output
+    (conv_case(1, 16, 64, 9, 3, p=1), 16, 2),
+])
+def test_dense_conv_columns(case, cols, vcols) -> None:
+    """Dense convs take two 16-wide output-channel columns a work-item, or three when that pads less."""
+    check_op("conv2d", *case, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in case[0]], case[1])[1]
+    assert (low.schedule["cols"], low.schedule["vcols"]) == (cols, vcols)

@@ -6,16 +6,16 @@ no bounds checks. An unpadded (non-depthwise) conv whose tiles divide the output
 place instead, plane by plane (an RGB stem, shufflenet's grouped 1x1 convs). Weights are packed (a
 `pack` op, once at load time for constants) to [O/(V*vcols), C/G/cb, KH, KW, cb, V*vcols].
 
-- dense and grouped conv: each work-item computes a tile of TH x TW output pixels x `vcols` `float<V>`
-  columns of output channels (V = 16 unless a group has fewer); per (channel, tap) it loads `vcols` weight
-  vectors and does TH*TW*vcols FMAs with broadcast input scalars, like the GEMM micro-kernel. Dense convs
-  of more than 16 output channels take two columns and tiles of 6..9 pixels (up to 14 on images of at
-  most 14x14), the loop over a block's channels rolled 4 channels a trip (fully unrolled, LLVM hoists the
-  broadcasts and spills them); a grouped conv of 2..6 columns a group (shufflenet's 68 channels: 5) all of
-  its group's columns on 2..5-pixel tiles (each input value loaded once for all: ~1.2-1.6x on shufflenet's
-  grouped 1x1 convs); others one column, 14..24 pixels, fully unrolled (pick_vcols, pick_tile,
-  pick_unroll, chosen from bench/conv_sweep.py: on this machine's Zen 5 cores the light models' convs
-  went from 200-370 to 350-450 GFLOP/s). The FMAs are `fma()`: PoCL builds without -cl-mad-enable, so
+- dense and grouped conv: each work-item computes a tile of TH x TW output pixels x `vcols` `float<V>` columns
+  of output channels (V = 16 unless a group has fewer); per (channel, tap) it loads `vcols` weight vectors and
+  does TH*TW*vcols FMAs with broadcast input scalars, like the GEMM micro-kernel. Dense convs of more than 16
+  output channels take two columns (three when that pads less: 48, or 8-wide for 24) and tiles of 6..9 pixels
+  (up to 14 on images of at most 14x14), the loop over a block's channels rolled 4 channels a trip (fully
+  unrolled, LLVM hoists the broadcasts and spills them); a grouped conv of 2..6 columns a group (shufflenet's
+  68 channels: 5) all of its group's columns on 2..5-pixel tiles (each input value loaded once for all:
+  ~1.2-1.6x on shufflenet's grouped 1x1 convs); others one column, 14..24 pixels, fully unrolled (pick_vcols,
+  pick_tile, pick_unroll, chosen from bench/conv_sweep.py: on this machine's Zen 5 cores the light models'
+  convs went from 200-370 to 350-450 GFLOP/s). The FMAs are `fma()`: PoCL builds without -cl-mad-enable, so
   `mad()` would become a multiply and an add;
 - depthwise (groups == channels): channels vectorized by 16, the KH*KW weight vectors held in registers,
   each input vector loaded once for all the taps that use it.
@@ -103,14 +103,23 @@ def group_columns(og: int) -> tuple[int, int]:
     return width, math.ceil(og / width)
 
 
+def dense_columns(o: int) -> tuple[int, int]:
+    """(width, columns) a work-item of a dense conv of `o` > 16 output channels: two 16-wide columns, or
+    three when that pads the channels less (48, 144: 0.037 -> 0.019 ms on inception's 5x5 16 -> 48);
+    24 channels take three 8-wide columns, none padded (shufflenet's 3 -> 24 stem: 0.205 -> 0.138 ms)."""
+    if o == 24:
+        return 8, 3
+    return (16, 3) if math.ceil(o / 48) * 48 < math.ceil(o / 32) * 32 else (16, 2)
+
+
 def pick_vcols(geo: Geometry) -> int:
-    """Columns of output channels a work-item: two 16-wide ones for dense convs of more than 16 channels
-    (each broadcast input value feeds two FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s against
-    200-370 on the light models' convs); for a grouped conv of 2..6 columns a group, all of them (the
-    work-item computes its whole group: shufflenet's 68-channel groups, 5 columns, went from one load per
-    FMA to 0.4), else one."""
+    """Columns of output channels a work-item: for dense convs of more than 16 channels dense_columns'
+    (each broadcast input value feeds two or three FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s
+    against 200-370 on the light models' convs); for a grouped conv of 2..6 columns a group, all of them
+    (the work-item computes its whole group: shufflenet's 68-channel groups, 5 columns, went from one load
+    per FMA to 0.4), else one."""
     if geo.g == 1:
-        return 2 if geo.o > 16 else 1
+        return dense_columns(geo.o)[1] if geo.o > 16 else 1
     if geo.cg == 1 and geo.og == 1:  # depthwise
         return 1
     cols = group_columns(geo.og)[1]
@@ -574,9 +583,11 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         raise NotLowerable("only a depthwise conv reading NCHW takes a channel map (a fused channel shuffle)")
     direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise)
     th, tw = tile_override(ctx, geo, exact=direct, nc=max(nc, 1))
-    if geo.g > 1 and nc > 1 and direct and (geo.ho % th or geo.wo % tw) and "vcols" not in ctx.schedule:
-        nc = 1  # whole-group tiles would over-read an unpadded input that could be read in place: no
-        th, tw = tile_override(ctx, geo, exact=direct, nc=1)
+    if nc > 1 and direct and (geo.ho % th or geo.wo % tw) and "vcols" not in ctx.schedule:
+        # tiles would over-read an unpadded input that could be read in place: whole-group tiles give way
+        # to one column, three dense columns (at most 9 pixels) to two (up to 14: 13x13 images)
+        nc = 1 if geo.g > 1 else min(nc, 2)
+        th, tw = tile_override(ctx, geo, exact=direct, nc=nc)
     whole_group = geo.g > 1 and not depthwise and nc > 1  # a work-item computes all columns of its group
     if nc < 1 or nc * th * tw > 32 or (whole_group and nc != group_columns(geo.og)[1]) or (
             nc > 1 and depthwise):
@@ -609,6 +620,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         # divisor (34 channels), each group's channels are padded to whole 8- or 16-wide columns instead
         cpg = 0
         width = pick_cols(geo.o) if geo.g == 1 else math.gcd(geo.og, 16)
+        if geo.g == 1 and geo.o > 16 and nc == dense_columns(geo.o)[1] and not geo.out_block:
+            width = dense_columns(geo.o)[0]
         if geo.g > 1 and (whole_group or width < 8 and geo.og >= 8) and "cols" not in ctx.schedule:
             width, cpg = group_columns(geo.og)
         width = int(ctx.schedule.get("cols", width))
