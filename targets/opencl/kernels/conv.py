@@ -191,6 +191,23 @@ class Geometry:
         return hp, wp
 
 
+def repack_prelude(geo: Geometry, groups: int, cg: int, cb: int, wp: int) -> str:
+    """The head of a 16-columns-a-work-item repack kernel: its columns `w0`, row `hh` and block `blk`,
+    image `n`, first channel `cin` (in its group) and `c0` (in x), input row `ih` (inside x: `row`)."""
+    cbn = math.ceil(cg / cb)
+    return f"""__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
+    const int w0 = get_global_id(0) * 16;
+    const int hh = get_global_id(1);
+    const int blk = get_global_id(2);  // (n * {groups} + group) * {cbn} + channel block
+    if (w0 >= {wp}) return;
+    const int n = blk / {groups * cbn};
+    const int cin = blk % {cbn} * {cb};  // first channel of the block within its group
+    const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
+    const int ih = hh - {geo.pt}, iw0 = w0 - {geo.pl};
+    const bool row = ih >= 0 && ih < {geo.h};
+"""
+
+
 def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
                  channel_map: str | None = None) -> Kernel:
     """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail).
@@ -208,20 +225,11 @@ def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
 
     if cb == 16:
         return repack_input_transposed(geo, groups, cg, hp, wp, plane)
+    head = repack_prelude(geo, groups, cg, cb, wp)
     src = f"""// repack x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] into channel blocks
 // [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // 16 columns a work-item
-__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
-    const int w0 = get_global_id(0) * 16;
-    const int hh = get_global_id(1);
-    const int blk = get_global_id(2);  // (n * {groups} + group) * {cbn} + channel block
-    if (w0 >= {wp}) return;
-    const int n = blk / {groups * cbn};
-    const int cin = blk % {cbn} * {cb};  // first channel of the block within its group
-    const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
-    const int ih = hh - {geo.pt}, iw0 = w0 - {geo.pl};
-    const bool row = ih >= 0 && ih < {geo.h};
-    const __global float* x = X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0;
+{head}    const __global float* x = X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0;
     __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
     for (int w = 0; w < min(16, {wp} - w0); ++w) {{
         const bool inside = row && iw0 + w >= 0 && iw0 + w < {geo.w};
@@ -310,20 +318,11 @@ def repack_blocked(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: in
         for (int ci = 0; ci < {cb}; ++ci)
             p[w * {cb} + ci] = inside && cin + ci < {cg} ? {load} : 0.0f;
     }}"""
+    head = repack_prelude(geo, groups, cg, cb, wp)
     src = f"""// repack blocked x [{geo.n}, {geo.cbn_in}, {geo.h}, {geo.w}, {b}] (C = {geo.c}) into channel
 // blocks [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // 16 columns a work-item
-__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
-    const int w0 = get_global_id(0) * 16;
-    const int hh = get_global_id(1);
-    const int blk = get_global_id(2);  // (n * {groups} + group) * {cbn} + channel block
-    if (w0 >= {wp}) return;
-    const int n = blk / {groups * cbn};
-    const int cin = blk % {cbn} * {cb};  // first channel of the block within its group
-    const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
-    const int ih = hh - {geo.pt}, iw0 = w0 - {geo.pl};
-    const bool row = ih >= 0 && ih < {geo.h};
-    __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
+{head}    __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
 {body}
 }}
 """
