@@ -142,20 +142,22 @@ def _insert(text: bytes, rnd: random.Random) -> bytes:
     return text[:i] + junk + text[i:]
 
 
-def _number(text: bytes, rnd: random.Random) -> bytes:
-    spans = [m.span() for m in NUMBER.finditer(text)]
+def _swap_match(text: bytes, rnd: random.Random, pattern: re.Pattern[bytes], choices: list[bytes],
+                fallback: Callable[[bytes, random.Random], bytes]) -> bytes:
+    """Replace one match of `pattern` by one of `choices`; `fallback` when nothing matches."""
+    spans = [m.span() for m in pattern.finditer(text)]
     if not spans:
-        return _insert(text, rnd)
+        return fallback(text, rnd)
     i, j = rnd.choice(spans)
-    return text[:i] + rnd.choice(NUMBERS) + text[j:]
+    return text[:i] + rnd.choice(choices) + text[j:]
+
+
+def _number(text: bytes, rnd: random.Random) -> bytes:
+    return _swap_match(text, rnd, NUMBER, NUMBERS, _insert)
 
 
 def _type(text: bytes, rnd: random.Random) -> bytes:
-    spans = [m.span() for m in TYPE.finditer(text)]
-    if not spans:
-        return _token(text, rnd)
-    i, j = rnd.choice(spans)
-    return text[:i] + rnd.choice(TYPES) + text[j:]
+    return _swap_match(text, rnd, TYPE, TYPES, _token)
 
 
 def _nest(text: bytes, rnd: random.Random) -> bytes:
