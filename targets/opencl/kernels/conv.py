@@ -259,7 +259,6 @@ def repack_input_transposed(geo: Geometry, groups: int, cg: int, hp: int, wp: in
         for i in range(16))
     pixel = [", ".join(f"v{i:x}.s{w:x}" for i in range(16)) for w in range(16)]
     stores = "".join(f"{ind}if ({w} < nw) vstore16((float16)({pixel[w]}), {w}, p);\n" for w in range(16))
-    right = f"{geo.pl + wc}"
     src = f"""// repack x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] into channel blocks
 // [{geo.n}, {groups}, {cbn}, {hp}, {wp}, 16], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // a row of a block a work-item, 16 input columns at a time, transposed in registers
@@ -273,7 +272,7 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
     const int ih = hh - {geo.pt};
     __global float* prow = P + ((long)blk * {hp} + hh) * {wp * 16};
     for (int w = 0; w < {geo.pl}; ++w) vstore16((float16)(0.0f), w, prow);
-    for (int w = {right}; w < {wp}; ++w) vstore16((float16)(0.0f), w, prow);
+    for (int w = {geo.pl + wc}; w < {wp}; ++w) vstore16((float16)(0.0f), w, prow);
     if (ih < 0 || ih >= {geo.h}) {{
         for (int w = 0; w < {wc}; ++w) vstore16((float16)(0.0f), w + {geo.pl}, prow);
         return;
