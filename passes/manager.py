@@ -36,6 +36,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fold-pad": "tessel.passes.fold_pad",
     "cancel-transposes": "tessel.passes.cancel_transposes",
     "simplify-broadcasts": "tessel.passes.simplify_broadcasts",
+    "merge-sibling-matmuls": "tessel.passes.merge_sibling_matmuls",
     "recognize-gelu": "tessel.passes.recognize_gelu",
     "recognize-layernorm": "tessel.passes.recognize_layernorm",
     "recognize-softmax": "tessel.passes.recognize_softmax",

@@ -1,6 +1,7 @@
-"""The algebraic passes (fold-batchnorm, fold-pad, cancel-transposes, simplify-broadcasts) keep what a module
-computes: every rewrite is checked on the numpy interpreter before and after the pass on random inputs, on
-the lit files' cases, on small ONNX models, and (fold-batchnorm) on a random-weight resnet50."""
+"""The algebraic passes (fold-batchnorm, fold-pad, cancel-transposes, simplify-broadcasts,
+merge-sibling-matmuls) keep what a module computes: every rewrite is checked on the numpy interpreter before
+and after the pass on random inputs, on the lit files' cases, on small ONNX models, and (fold-batchnorm) on a
+random-weight resnet50."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 ROOT = Path(__file__).resolve().parents[2]
 LIT = ROOT / "lit_tests" / "passes"
-PASSES = ("fold-batchnorm", "fold-pad", "cancel-transposes", "simplify-broadcasts")
+PASSES = ("fold-batchnorm", "fold-pad", "cancel-transposes", "simplify-broadcasts", "merge-sibling-matmuls")
 
 
 def run(module: Module, seed: int = 0) -> list[list[np.ndarray]]:
@@ -29,8 +30,12 @@ def run(module: Module, seed: int = 0) -> list[list[np.ndarray]]:
     return [run_func(module, f, list(random_inputs(f, seed).values())) for f in module.funcs]
 
 
+LIT_OPTIONS: dict[str, dict[str, int]] = {"merge-sibling-matmuls": {"column_align": 1}}
+"""Options the lit files' main RUN lines give (their cases use matrices of a few columns)."""
+
+
 def apply(module: Module, name: str) -> PassContext:
-    pm = PassManager([get_pass(name)()])  # verifies the IR after the pass
+    pm = PassManager([get_pass(name)(**LIT_OPTIONS.get(name, {}))])  # verifies the IR after the pass
     pm.run(module)
     return pm.ctx
 
@@ -59,6 +64,8 @@ LIT_CASES = [(name, i, text) for name in PASSES for i, text in enumerate(chunks(
 @pytest.mark.parametrize(("name", "index", "text"), LIT_CASES, ids=[f"{n}-{i}" for n, i, _ in LIT_CASES])
 def test_lit_cases_keep_results(name: str, index: int, text: str) -> None:
     """Each lit case computes the same on random inputs after its pass as before it."""
+    if any(not a.type.is_static for f in parse_module(text, f"{name}.tsl").funcs for a in f.args):
+        pytest.skip("a dynamic input: no random inputs to run it on")
     before = run(parse_module(text, f"{name}.tsl"), seed=index)
     module = parse_module(text, f"{name}.tsl")
     apply(module, name)
@@ -315,6 +322,61 @@ def test_broadcast_constant_shrinks() -> None:
     shapes = sorted(op.result.type.dims for op in module.walk() if op.name == "const")
     assert shapes == [(1, 1, 1), (1, 4, 1)]
     assert p.stats == {"num-constants-shrunk": 2, "elements-saved": 2 * 60 - 5}
+    check_same(before, run(module))
+
+
+# merge-sibling-matmuls -----------------------------------------------------------------------------------
+def qkv_module(rng: np.random.Generator, with_bias: bool = True) -> Module:
+    """An ONNX attention block's Q, K and V projections of one [1, 8, 16] input (V narrower, 8 columns),
+    each with a bias Add unless `with_bias` is false, feeding Q K^T and a product with V."""
+    inits = {f"w{p}": rng.standard_normal((16, 16 if p != "v" else 8)) for p in "qkv"}
+    inits |= {f"b{p}": rng.standard_normal(16 if p != "v" else 8) for p in "qkv"} if with_bias else {}
+    nodes = []
+    for p in "qkv":
+        nodes.append(helper.make_node("MatMul", ["x", f"w{p}"], [f"m{p}" if with_bias else p]))
+        if with_bias:
+            nodes.append(helper.make_node("Add", [f"m{p}", f"b{p}"], [p]))
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("MatMul", ["s", "v"], ["y"]),
+    ]
+    return onnx_module(nodes, [("x", [1, 8, 16])], [("y", [1, 8, 8]), ("q", [1, 8, 16])], inits)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_qkv_projections_merge(with_bias: bool) -> None:
+    """Three projections of one input become one matmul (and one add) and a split, with the same results."""
+    module = qkv_module(np.random.default_rng(7), with_bias)
+    before = run(module)
+    p = get_pass("merge-sibling-matmuls")(column_align=8)
+    pm = PassManager([p])
+    pm.run(module)
+    names = op_names(module)
+    assert names["matmul"] == 3 and names["split"] == 1 and names["add"] == (1 if with_bias else 0)
+    split = next(op for op in module.walk() if op.name == "split")
+    assert split.attrs == {"axis": 2, "sizes": [16, 16, 8]}
+    assert p.stats == {"num-merged": 3, "num-groups": 1}
+    assert [(r.kind, r.reason) for r in pm.ctx.remarks] == [("passed", "merged")]
+    check_same(before, run(module))
+
+
+def test_qkv_merge_too_large_and_O2() -> None:
+    """max-columns below the merged width refuses the merge; -O2 (column-align 16) merges Q and K, leaves
+    V's 8 columns out, and keeps -O0's results."""
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+
+    module = qkv_module(np.random.default_rng(8))
+    before = run(module)
+    pm = PassManager([get_pass("merge-sibling-matmuls")(max_columns=39, column_align=8)])
+    pm.run(module)
+    assert "split" not in op_names(module)
+    assert [(r.kind, r.reason) for r in pm.ctx.remarks] == [("missed", "too-large")]
+    pm = PassManager(parse_pipeline(O_LEVELS[2]))
+    pm.run(module)
+    assert ("missed", "misaligned") in [(r.kind, r.reason) for r in pm.ctx.remarks]
+    merged = [op for op in module.walk() if op.name == "matmul" and op.operands[1].type.dims == (16, 32)]
+    assert len(merged) == 1
     check_same(before, run(module))
 
 
