@@ -10,7 +10,11 @@ Greedy, producer to consumer, in program order:
    reduction, the elementwise ops that compute its input (its prologue, each with the input's shape);
    a `pack` (inner_dims_pos=[1]) when that is its only user (conv2d and pools); then the chain of
    elementwise consumers, each the only user of the value before it, whose other operands broadcast to
-   the chain's shape without changing it (they become block arguments; `dense<>` literals are cloned in).
+   the chain's shape without changing it (they become block arguments; `dense<>` literals are cloned in);
+   after a `matmul` or `gemm`, the chain may go on through a `layer_norm` over the last axis (the
+   template normalizes each output row once the row is computed) and its own elementwise consumers, and
+   end in a `split` along the last axis (a multi-result region: merged Q/K/V projections, made by
+   merge-sibling-matmuls, store each column range straight to its own result).
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -46,6 +50,8 @@ EPILOGUE_ANCHORS = frozenset({"conv2d", "matmul", "gemm"})
 REDUCTION_ANCHORS = frozenset(
     {"softmax", "log_softmax", "layer_norm", "batch_norm", "global_avg_pool", "max_pool2d", "avg_pool2d"}
 )
+ROW_ANCHORS = frozenset({"matmul", "gemm"})
+"""Epilogue anchors whose template can normalize whole output rows (a layer_norm) and split the columns."""
 BLOCKED_ANCHORS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool"})
 """Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
 CHEAP_FLOPS = 4
@@ -227,8 +233,44 @@ class _Fuser:
             ops.append(pack)
             v = pack.result
         self.chain(v, anchor, kind, ops)
+        if anchor.name in ROW_ANCHORS:
+            self.row_tail(anchor, ops)
         if len(ops) > 1:
             self.form(ops, kind, anchor)
+
+    def row_tail(self, anchor: Op, ops: list[Op]) -> None:
+        """After a matmul/gemm epilogue: a `layer_norm` over the last axis (then its own elementwise
+        chain), then a `split` along the last axis, each when it is the only user of the value before."""
+        last = ops[-1]
+        v = last.result
+        u = v.users[0] if len(v.uses) == 1 else None
+        if u is not None and u.name == "layer_norm" and v.uses[0][1] == 0 and self.fusible(u):
+            axis = u.attrs.get("axis", -1)
+            problem = self.too_large([*ops, u], anchor)
+            if axis not in (-1, v.type.rank - 1):
+                self.missed(
+                    "reduction-axis",
+                    [u, last],
+                    f"'layer_norm' normalizes from axis {axis}, not over the last axis only; the "
+                    f"epilogue of '{anchor.name}' normalizes its own output rows only",
+                )
+            elif problem:
+                self.missed("too-large", [u, last], f"'layer_norm' cannot join the epilogue of "
+                            f"'{anchor.name}': {problem}")
+            else:
+                ops.append(u)
+                self.chain(u.result, anchor, "epilogue", ops)
+                v = ops[-1].result
+        u = v.users[0] if len(v.uses) == 1 else None
+        if (
+            u is not None
+            and u.name == "split"
+            and u.parent is self.block
+            and v.type.rank >= 1
+            and u.attrs.get("axis", 0) in (-1, v.type.rank - 1)
+            and all(r.type.is_static for r in u.results)
+        ):
+            ops.append(u)
 
     def absorbable_unpack(self, anchor: Op) -> Op | None:
         x = anchor.operands[0]

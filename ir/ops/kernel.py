@@ -14,6 +14,8 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
 `kind` says which template shape the fusion formed, for the reader and the lowering:
 - `elementwise`: a chain of elementwise ops computed per output element;
 - `epilogue`: one contraction (`conv2d`, `matmul`, `gemm`) whose result flows through elementwise ops;
+  after a `matmul` or `gemm` also through a `layer_norm` over the last axis (and more elementwise ops),
+  and into a `split` along the last axis whose pieces are the region's results;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;
 - `generic`: anything else (the lowering runs its ops one kernel after another).

@@ -197,6 +197,72 @@ def test_gemm_epilogue() -> None:
     run(module({"a": a, "s": s}, {"w": b, "c": c}, body, ["a", "w", "c", "s"], [y], "epilogue"))
 
 
+@pytest.mark.parametrize(
+    ("m", "k", "n", "tail"),
+    [(64, 128, 128, "post"), (33, 24, 40, "none"), (5, 7, 48, "post"), (20, 64, 128, "one-scale")],
+    ids=["bert-shape-with-epilogue", "scalar-rows-and-m-tail", "tiny-k", "scalar-scale-no-bias"],
+)
+def test_matmul_residual_layer_norm_in_one_launch(m: int, k: int, n: int, tail: str) -> None:
+    """matmul + bias + residual, then layer_norm over N (and an epilogue after it) in one launch: each
+    work-item stores its rows' pre-norm values, then normalizes them in place. N = 40 is not whole
+    vectors (the row pass goes scalar); M = 33 and 5 leave a partial row block."""
+    a, w, y, v = T(2, m, k), T(k, n), T(2, m, n), T(n)
+    one = tail == "one-scale"
+    g = T(1) if one else v
+    norm = (f"%n = layer_norm %r, %_g {{axis = -1, epsilon = 1e-5}} : ({y}, {g}) -> {y}" if one else
+            f"%n = layer_norm %r, %_g, %_gb {{axis = -1, epsilon = 1e-5}} : ({y}, {v}, {v}) -> {y}")
+    after = f"""
+    %e = mul %n, %_s : ({y}, {v}) -> {y}
+    %o = relu %e : ({y}) -> {y}
+    yield %o : {y}""" if tail == "post" else f"""
+    yield %n : {y}"""
+    body = f"""
+    %p = matmul %_a, %_w : ({a}, {w}) -> {y}
+    %q = add %p, %_bias : ({y}, {v}) -> {y}
+    %r = add %q, %_res : ({y}, {y}) -> {y}
+    {norm}""" + after
+    consts = {"w": w, "bias": v, "g": g, **({} if one else {"gb": v}), **({"s": v} if tail == "post" else {})}
+    operands = ["a", "w", "bias", "res", "g", *([] if one else ["gb"]), *(["s"] if tail == "post" else [])]
+    text = module({"a": a, "res": y}, consts, body, operands, [y], "epilogue")
+    lowered, _ = run(text)
+    src = source(lowered)
+    assert "normalize the rows just computed" in src
+    assert ("_post" in src) == (tail == "post")
+
+
+def test_gemm_layer_norm_without_chain_before() -> None:
+    """gemm (transposed B, bias C) read straight into the layer_norm: no helper before the norm."""
+    a, b, c, y = T(12, 32), T(64, 32), T(64), T(12, 64)
+    body = f"""
+    %g = gemm %_a, %_w, %_c {{trans_b = true}} : ({a}, {b}, {c}) -> {y}
+    %n = layer_norm %g, %_s, %_t {{axis = 1, epsilon = 1e-3}} : ({y}, {c}, {c}) -> {y}
+    yield %n : {y}"""
+    m, _ = run(module({"a": a}, {"w": b, "c": c, "s": c, "t": c}, body, ["a", "w", "c", "s", "t"], [y],
+                      "epilogue"))
+    assert "_epi" not in source(m)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cols"), [((128, 128, 128), 16), ((24, 8, 40), 8), ((12, 20), 4)], ids=["qkv", "by-8", "by-4"]
+)
+def test_matmul_split_stores_each_piece(sizes: tuple[int, ...], cols: int) -> None:
+    """matmul + bias, then a split of the columns: each vector goes straight to its piece's result, the
+    vector width being the largest power of two dividing every piece."""
+    n = sum(sizes)
+    a, w, y, v = T(1, 64, 32), T(32, n), T(1, 64, n), T(n)
+    pieces = [T(1, 64, s) for s in sizes]
+    names = ", ".join(f"%y{j}" for j in range(len(sizes)))
+    body = f"""
+    %p = matmul %_a, %_w : ({a}, {w}) -> {y}
+    %q = add %p, %_bias : ({y}, {v}) -> {y}
+    {names} = split %q {{axis = 2, sizes = {list(sizes)}}} : ({y}) -> ({', '.join(pieces)})
+    yield {names} : {', '.join(pieces)}"""
+    m, got = run(module({"a": a}, {"w": w, "bias": v}, body, ["a", "w", "bias"], pieces, "epilogue"))
+    assert [g.shape[-1] for g in got] == list(sizes)
+    launch = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch")
+    assert launch.attrs["schedule"]["cols"] == cols
+
+
 # reduction regions --------------------------------------------------------------------------------------
 def test_softmax_with_scaled_masked_prologue() -> None:
     """softmax(x * 0.125 + mask) along the last axis: the scale and a broadcast mask in the prologue."""

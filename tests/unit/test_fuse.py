@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tessel.ir.core import Module, Op
-from tessel.ir.ops.registry import broadcast_shapes, get_op
+from tessel.ir.ops.registry import broadcast_shapes, get_op, norm_axis
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
-from tessel.passes.fuse import EPILOGUE_ANCHORS, is_anchor, is_channel_shuffle
+from tessel.passes.fuse import EPILOGUE_ANCHORS, ROW_ANCHORS, is_anchor, is_channel_shuffle
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
 from tessel.passes.remarks import Remark
@@ -105,6 +105,12 @@ def check_contract(k: Op) -> None:
                 assert broadcast_shapes(v.type.shape, shape) == shape
         return
     anchors = [o for o in ops if is_anchor(o)]
+    norms = [o for o in anchors[1:] if o.name == "layer_norm"]
+    row_norm = kind == "epilogue" and anchors[0].name in ROW_ANCHORS
+    if row_norm and norms and norms == anchors[1:2] == anchors[1:]:
+        anchors = anchors[:1]  # a matmul/gemm epilogue may go through one layer_norm over the last axis
+        last = anchors[0].result.type.rank - 1
+        assert norm_axis(norms[0].attrs.get("axis", -1), norms[0].result.type.rank) == last
     assert len(anchors) == 1, f"{kind} region with anchors {anchors}"
     (anchor,) = anchors
     assert kind == ("epilogue" if anchor.name in EPILOGUE_ANCHORS else "reduction")
@@ -124,13 +130,20 @@ def check_contract(k: Op) -> None:
     if after and after[0].name == "pack":
         assert after[0].operands[0] is anchor.result and after[0].attrs["inner_dims_pos"] == [1]
         prev, after = after[0], after[1:]
+    split = after[-1] if after and after[-1].name == "split" else None
+    if split is not None:  # a split along the last axis ends a matmul/gemm epilogue: its pieces the yields
+        assert anchor.name in ROW_ANCHORS and split.attrs["axis"] in (-1, split.operands[0].type.rank - 1)
+        after = after[:-1]
     for o in after:
-        assert o in ew
+        assert o in ew or (o in norms and o.operands[0] is prev.result)
         assert [v for v in o.operands if v is prev.result] == [prev.result], "the chain value, once"
         assert o.result.type == prev.result.type, "the chain keeps its shape and element type"
         for v in o.operands:
             assert v is prev.result or v in body.args or (v.op is not None and v.op.name == "const")
         prev = o
+    if split is not None:
+        assert split.operands[0] is prev.result and list(body.ops[-1].operands) == list(split.results)
+        return
     (y,) = body.ops[-1].operands
     assert y is prev.result, "a chain region yields its last value only"
 

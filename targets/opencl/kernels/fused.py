@@ -33,7 +33,7 @@ import numpy as np
 
 from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
-from ....ir.ops.registry import Sig, get_op, op_sig
+from ....ir.ops.registry import Sig, get_op, norm_axis, op_sig
 from ....ir.types import TensorType
 from ....passes.fuse import channel_shuffle_ops
 from . import elementwise as ew
@@ -50,13 +50,14 @@ from .base import (
 )
 from .conv import lower_conv2d
 from .elementwise import offset
-from .gemm import lower_gemm, lower_matmul
+from .gemm import Tail, flit, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
 from .reduce import REDUCERS, reduce_kernels
 
 CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm"}
 Anchor = Callable[..., Lowered]  # (ctx, epilogue, *, in_block, out_block) -> Lowered
 CONTRACTIONS: dict[str, Anchor] = {"conv2d": lower_conv2d, "matmul": lower_matmul, "gemm": lower_gemm}
+ROW_ANCHORS = ("matmul", "gemm")  # templates with a `Tail`: a split of the columns, a row normalization
 NORMS = {"softmax": softmax_kernels, "log_softmax": softmax_kernels, "layer_norm": layer_norm_kernels}
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 BLOCKED = ("conv2d", *POOLS)  # anchors whose templates read / write NCHWc for an unpack / pack
@@ -512,17 +513,24 @@ def add_params(source: str, params: list[str]) -> str:
 
 
 def finish(
-    rg: Region, low: Lowered, chains: list[Chain], names: dict[str, str], n_anchor: int, extra_params: bool
+    rg: Region,
+    low: Lowered,
+    chains: list[Chain],
+    names: dict[str, str],
+    n_anchor: int,
+    extra_params: bool,
+    reads: tuple[int, ...] = (),
 ) -> Lowered:
     """The anchor's lowering in the kernel op's terms: helpers (and constant arrays) prepended to the
     kernels that call them, extra buffers appended (`extra_params`: to the parameter list too, else the
-    template already declared them), buffer names mapped (`names`: anchor name -> kernel name)."""
-    extras = sorted({a for ch in chains for a in ch.extras})
+    template already declared them), buffer names mapped (`names`: anchor name -> kernel name). `reads`:
+    kernel operands the template's own code reads as `ep<a>` (a fused layer_norm's scale and bias)."""
+    extras = sorted({a for ch in chains for a in ch.extras} | set(reads))
     called = False
     for k in low.kernels:
         args = tuple(k.args or (*(f"in{i}" for i in range(n_anchor)), "out0"))
         calls = [ch for ch in chains if ch.ops and f"KERNEL_{ch.tag}" in k.source]
-        if calls:
+        if calls or any(re.search(rf"\bep{a}\b", k.source) for a in reads):
             called = True
             if extra_params:
                 k.source = add_params(
@@ -586,11 +594,14 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
             where.append(rg.arg[id(u.operands[0])])
         else:
             raise NotLowerable(f"'{anchor.name}' operand {k} is not a kernel operand")
-    if len(rg.yields) != 1:
-        raise NotLowerable("an epilogue region yields one value")
-    main, result = anchor.results[0], rg.yields[0]
+    split = split_yields(rg, anchor)
+    main = anchor.results[0]
+    result = split.operands[0] if split else rg.yields[0]
     skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else []))}
     ops = [op for op in rg.ancestors(result) if id(op) not in skip]
+    norms = [op for op in ops if op.name == "layer_norm"]
+    if norms:
+        return lower_row_norm(ctx, rg, anchor, where, ops, norms, result, table)
     packs = [op for op in ops if op.name == "pack"]
     if len(packs) > 1 or (packs and anchor.name not in BLOCKED):
         raise NotLowerable(f"one pack, after {', '.join(BLOCKED)} only")
@@ -623,12 +634,121 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
         low = fn(sub, epi, in_block=in_block, out_block=out_block)  # type: ignore[call-arg]
     elif shuffle:
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
+    elif split:
+        low = fn(sub, epi, tail=Tail(split=tuple(t.dims[-1] for t in split.result_types)))
     else:
         low = fn(sub, epi)
     low.pack = packed_operands(rg, low, where, anchor)
     low = finish(rg, low, [chain], remap(where, chain.extras), len(anchor.operands), extra_params=True)
-    low.schedule = {**low.schedule, "fused": len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle)}
+    fused_ops = len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)
+    low.schedule = {**low.schedule, "fused": fused_ops}
     return low
+
+
+def split_yields(rg: Region, anchor: Op) -> Op | None:
+    """The `split` along the last axis whose pieces are the region's yields (a matmul or gemm epilogue
+    storing column ranges to separate results), None when the region yields one value that is not one."""
+    first = rg.producer(rg.yields[0]) if rg.yields else None
+    if first is None or first.name != "split":
+        if len(rg.yields) != 1:
+            raise NotLowerable("an epilogue region yields one value, or every piece of one split")
+        return None
+    x = first.operands[0]
+    if (
+        anchor.name not in ROW_ANCHORS
+        or list(rg.yields) != list(first.results)
+        or norm_axis(rg.sig(first)["axis"], x.type.rank) != x.type.rank - 1
+    ):
+        raise NotLowerable("a split ending an epilogue yields every piece, in order, of the last axis "
+                           "of a matmul or gemm")
+    return first
+
+
+def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list[Op], norms: list[Op],
+                   result: Value, table: dict[str, Anchor]) -> Lowered:
+    """A matmul/gemm whose epilogue ends in a `layer_norm` over its last axis (then an elementwise chain):
+    the contraction's template stores the pre-norm rows (`epi` chain applied), its row block's work-group
+    meets at a barrier, and each work-item normalizes some of the block's rows in place (`post` chain
+    applied): one launch where there were two, and the rows are normalized while still in cache."""
+    ln = norms[0]
+    if len(norms) > 1 or anchor.name not in ROW_ANCHORS or len(rg.yields) != 1:
+        raise NotLowerable("one layer_norm after a matmul or gemm, yielding one value")
+    main = anchor.results[0]
+    n = main.type.dims[-1]
+    if norm_axis(rg.sig(ln)["axis"], ln.results[0].type.rank) != main.type.rank - 1:
+        raise NotLowerable("a fused layer_norm normalizes the contraction's last axis only")
+    params = list(ln.operands[1:])
+    if any(id(v) not in rg.arg for v in params):
+        raise NotLowerable("the layer_norm's scale and bias are kernel operands")
+    if any(v.type.numel not in (1, n) for v in params):
+        raise NotLowerable(f"a fused layer_norm's scale and bias have 1 or {n} elements")
+    pre = [op for op in rg.ancestors(ln.operands[0]) if op is not anchor]
+    post = [op for op in ops if op is not ln and op not in pre]
+    check_types(ctx, *ops)
+    if result.type.dtype != "f32" or main.type.dtype != "f32":
+        raise NotLowerable("a fused layer_norm of f32 only")
+    it = index_type(*ctx.operands, *ctx.results, main.type)
+    base = Space(main.type.dims)
+    spaces = chain_spaces(rg, pre, main, base, None, None)
+    epi = Chain(rg, "epi", pre, main, ln.operands[0], spaces, "float", it)
+    tail = Chain(rg, "post", post, ln.results[0], result,
+                 chain_spaces(rg, post, ln.results[0], base, None, None), "float", it)
+    eps = float(np.float32(rg.sig(ln)["epsilon"]))
+    names = [f"ep{rg.arg[id(v)]}" for v in params]
+
+    def rows(g: Any) -> list[str]:
+        w = g.cols if n % g.cols == 0 else 1
+        vtype = "float" if w == 1 else f"float{w}"
+
+        def ld(ptr: str, at: str) -> str:
+            return f"{ptr}[{at}]" if w == 1 else f"vload{w}(0, {ptr} + {at})"
+
+        def affine(k: int) -> str:
+            v = params[k]
+            return f"{names[k]}[0]" if v.type.numel == 1 else ld(names[k], "j")
+
+        y = f"(x - mean) / den * {affine(0)}" + (f" + {affine(1)}" if len(params) > 1 else "")
+        if post:
+            y = tail.call(y, "o + j", w)
+        guard = [f"        if (row >= {g.m}) break;"] if g.m % g.rows else []
+        return [
+            f"    for (int i = 0; i < {g.rows}; ++i) {{  // normalize the rows just computed",
+            f"        const int row = mb * {g.rows} + i;",
+            *guard,
+            f"        const {it} o = ((({it})b) * {g.m} + row) * {n};",
+            "        __global float* yr = Y + o;",
+            f"        {vtype} s = 0.0f, q = 0.0f;",
+            f"        for (int j = 0; j < {n}; j += {w}) s += {ld('yr', 'j')};",
+            f"        const float mean = {hsum('s', w)} / {flit(n)};",
+            f"        for (int j = 0; j < {n}; j += {w}) {{ const {vtype} d = {ld('yr', 'j')} - mean; "
+            "q += d * d; }",
+            f"        const float den = sqrt({hsum('q', w)} / {flit(n)} + {flit(eps)});",
+            f"        for (int j = 0; j < {n}; j += {w}) {{",
+            f"            const {vtype} x = {ld('yr', 'j')};",
+            f"            {'yr[j] = ' + y if w == 1 else f'vstore{w}({y}, 0, yr + j)'};",
+            "        }",
+            "    }",
+        ]
+
+    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
+    low = table[anchor.name](sub, epi.call if pre else None, tail=Tail(rows=rows))
+    low.pack = packed_operands(rg, low, where, anchor)
+    reads = tuple(rg.arg[id(v)] for v in params)
+    extras = sorted({*epi.extras, *tail.extras, *reads})
+    low = finish(rg, low, [epi, tail], remap(where, extras), len(anchor.operands), extra_params=True,
+                 reads=reads)
+    low.schedule = {**low.schedule, "fused": len(ops) + 1, "row_norm": 1}
+    return low
+
+
+def hsum(v: str, w: int) -> str:
+    """C expression of the sum of the lanes of `v` (a float<w>), by halves."""
+    if w == 1:
+        return v
+    parts = [f"{v}.s{LANES[j]}" for j in range(w)]
+    while len(parts) > 1:
+        parts = [f"({a} + {b})" for a, b in zip(parts[::2], parts[1::2], strict=True)]
+    return parts[0]
 
 
 def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:

@@ -12,7 +12,10 @@ time when B is a constant). A is read in one of three ways (`Gemm.a_mode`):
   A (a transformer's 64-token activations, where the pack kernel costs as much as the product);
 - "cols": A stored transposed ([.., K, M], gemm's trans_a), read the same way with stride M.
 The schedule key `pack_a` (0 or 1) overrides the choice. Alpha, beta * C and an optional fused `epilogue`
-are applied per stored vector.
+are applied per stored vector. Two more fusion hooks (`Tail`): `split` stores column ranges of Y to
+separate results (merged Q/K/V projections), and `rows` runs code on whole output rows after the product:
+the work-items of one row block form a work-group (local size [1, N/cols, 1]) that meets at a barrier once
+every column is stored, then normalizes the block's rows (a fused layer_norm).
 """
 
 from __future__ import annotations
@@ -65,12 +68,18 @@ def pick_local(groups_total: int, want: int = 4, min_groups: int = 16) -> int:
 
 
 def store_vector(cols: int, acc: str, out: str, index: str, limit: str | None,
-                 value: Callable[[str, str, int], str], indent: str) -> list[str]:
-    """Store `acc` (float<cols>) at out[index..], lanes at or past `limit` (a C bound on the lane count,
-    None when all lanes are in range) dropped; `value(expr, index, lanes)` gives what is stored."""
+                 value: Callable[[str, str, int], str], indent: str, at: str | None = None) -> list[str]:
+    """Store `acc` (float<cols>) at out[index..] (out[at..] when given: `index` is then only the flat index
+    `value` sees), lanes at or past `limit` (a C bound on the lane count, None when all lanes are in range)
+    dropped; `value(expr, index, lanes)` gives what is stored."""
+    if at is not None:
+        assert limit is None, "a split store has whole vectors"
+        where = at
+    else:
+        where = index
     if cols == 1:
-        return [f"{indent}{out}[{index}] = {value(acc, index, 1)};"]
-    full = f"{indent}vstore{cols}({value(acc, index, cols)}, 0, {out} + {index});"
+        return [f"{indent}{out}[{where}] = {value(acc, index, 1)};"]
+    full = f"{indent}vstore{cols}({value(acc, index, cols)}, 0, {out} + {where});"
     if limit is None:
         return [full]
     return [f"{indent}if ({limit} >= {cols}) {{", "    " + full,
@@ -80,6 +89,20 @@ def store_vector(cols: int, acc: str, out: str, index: str, limit: str | None,
             f"{indent}    for (int j = 0; j < {limit}; ++j)",
             f"{indent}        {out}[{index} + j] = {value('t[j]', f'{index} + j', 1)};",
             f"{indent}}}"]
+
+
+@dataclass
+class Tail:
+    """What happens after the micro-kernel's stores. `split`: Y's last axis cut into results `Y0..` of these
+    sizes (each a multiple of cols). `rows(g)`: C lines run once the whole row block mb of batch b is
+    stored in Y (after a barrier of the block's work-group); buffers they read besides Y are the
+    caller's to append to the parameters (fused.finish)."""
+
+    split: tuple[int, ...] = ()
+    rows: Callable[[Gemm], list[str]] | None = None
+
+
+NO_TAIL = Tail()
 
 
 @dataclass
@@ -166,28 +189,32 @@ def a_scalar(g: Gemm, s: int, i: int, kk: str) -> str:
 
 
 def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str] | None = None,
-                epilogue: Epilogue | None = None, n_inputs: int = 2) -> str:
+                epilogue: Epilogue | None = None, n_inputs: int = 2, tail: Tail = NO_TAIL) -> str:
     """The micro-kernel. `bias(value, lanes, m, n0)` rewrites each stored value (alpha and beta * C of
-    gemm), `epilogue` the fusion hook. Arguments: A (panels or as is), B panels, then `in2..`, then Y."""
+    gemm), `epilogue` the fusion hook, `tail` the split / row hooks. Arguments: A (panels or as is), B
+    panels, then `in2..`, then Y (or Y0.. for a split)."""
     r, c, m, k, n = g.rows, g.cols, g.m, g.k, g.n
     vt = vtype(c)
     # independent accumulator sets over k when few rows leave the FMA chain latency-bound (GEMV)
     ksplit = 4 if r == 1 else 2 if r <= 3 else 1
     ins = ["__global const float* restrict A", "__global const float* restrict B"]
     ins += [f"__global const float* restrict in{i}" for i in range(2, n_inputs)]
+    outs = ([f"__global float* restrict Y{j}" for j in range(len(tail.split))] if tail.split
+            else ["__global float* restrict Y"])
     a_shape = {"panel": f"panels [.., {g.mb}, {k}, {r}]", "rows": f"[.., {m}, {k}]",
                "cols": f"[.., {k}, {m}] (transposed)"}[g.a_mode]
     lines = [f"// Y[{', '.join(map(str, g.batch + (m, n)))}] = A[.., {m}, {k}] @ B[.., {k}, {n}]: "
              f"{r} rows x one {vt} column per work-item",
              f"// A {a_shape} ({a_arg}), B panels [.., {g.nb}, {k}, {c}]",
-             f"__kernel void KERNEL({', '.join(ins)}, __global float* restrict Y) {{",
+             f"__kernel void KERNEL({', '.join(ins + outs)}) {{",
              "    const int mb = get_global_id(0);",
-             "    const int nb = get_global_id(1);",
+             *([] if tail.rows else ["    const int nb = get_global_id(1);"]),
              "    const int b = get_global_id(2);",
              f"    if (mb >= {g.mb}) return;",
-             *a_pointers(g),
-             f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
-             f" + nb * {k * c};"]
+             *a_pointers(g)]
+    head = len(lines)
+    lines.append(f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
+                 f" + nb * {k * c};")
     accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
     for s in range(ksplit):
         lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs[s])};")
@@ -213,6 +240,18 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
     # epilogue: row m of the tile goes to Y[b][m][n0 ..]
     lines.append(f"    const int n0 = nb * {c};")
     limit = None if n % c == 0 else f"{n} - n0"
+    out, at = "Y", None
+    if tail.split:  # the result holding column n0, and n0's column in it
+        if any(s % c for s in tail.split):
+            raise NotLowerable(f"split sizes {list(tail.split)} are not whole vectors of {c}")
+        lines.append("    __global float* Ys;")
+        lines.append("    int ns, ls;")
+        start = 0
+        for j, s in enumerate(tail.split):
+            cond = f"if (n0 < {start + s}) " if j < len(tail.split) - 1 else ""
+            lines.append(f"    {'else ' if j else ''}{cond}{{ Ys = Y{j}; ns = n0 - {start}; ls = {s}; }}")
+            start += s
+        out = "Ys"
     for i in range(r):
         row = f"mb * {r} + {i}"
         guard = m % r != 0 and i >= m % r and g.mb > 0
@@ -225,9 +264,15 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
         ind = "        " if guard else "    "
         if guard:
             lines.append(f"    if ({row} < {m}) {{")
-        lines += store_vector(c, accs[0][i], "Y", f"(b * {m} + {row}) * {n} + n0", limit, val, ind)
+        if tail.split:
+            at = f"(b * {m} + {row}) * ls + ns"
+        lines += store_vector(c, accs[0][i], out, f"(b * {m} + {row}) * {n} + n0", limit, val, ind, at)
         if guard:
             lines.append("    }")
+    if tail.rows:  # every column block of the row block in turn, then the rows
+        body = ["    " + ln for ln in lines[head:]]
+        lines[head:] = [f"    for (int nb = 0; nb < {g.nb}; ++nb) {{", *body, "    }"]
+        lines += tail.rows(g)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -252,9 +297,12 @@ def aligned_strides(batch: Sequence[int], own: Sequence[int], unit: int) -> tupl
     return tuple(0 if i < lead or own[i - lead] == 1 else strides[i - lead] for i in range(len(batch)))
 
 
-def tile_params(ctx: Ctx, m: int, n: int) -> tuple[int, int]:
+def tile_params(ctx: Ctx, m: int, n: int, split: Sequence[int] = ()) -> tuple[int, int]:
     rows = int(ctx.schedule.get("rows", pick_rows(m)))
-    cols = int(ctx.schedule.get("cols", pick_cols(n, max(1, min(16, ctx.device.vector_width)))))
+    width = max(1, min(16, ctx.device.vector_width))
+    if split:  # every piece whole vectors
+        width = min(width, math.gcd(*split) & -math.gcd(*split) or 1)
+    cols = int(ctx.schedule.get("cols", pick_cols(n, width)))
     if not 1 <= rows <= 32:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} is outside 1..32")
     if cols not in (1, 2, 4, 8, 16):
@@ -300,7 +348,7 @@ def choose_a_mode(ctx: Ctx, g: Gemm, trans_a: bool, a_elems: int) -> tuple[str, 
 
 def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: bool, trans_b: bool,
                       b_rank: int, bias: Callable[[str, int, str, str], str] | None,
-                      epilogue: Epilogue | None) -> Lowered:
+                      epilogue: Epilogue | None, tail: Tail = NO_TAIL) -> Lowered:
     """Kernels, packing and scratch of one contraction whose A and B are operands 0 and 1; `a_batch` are
     A's own batch dims (g.a_batch_strides is filled in here, once the way A is read is known)."""
     kernels: list[Kernel] = []
@@ -329,13 +377,15 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
             perm = tuple(range(b_rank - 2)) + (b_rank - 1, b_rank - 2)
             pack[1] = PackSpec((b_rank - 1,), (g.cols,), perm)
     n_in = len(ctx.operands)
-    src = gemm_source(g, a_arg=a_arg, bias=bias, epilogue=epilogue, n_inputs=n_in)
+    src = gemm_source(g, a_arg=a_arg, bias=bias, epilogue=epilogue, n_inputs=n_in, tail=tail)
     nbatch = math.prod(g.batch)
+    outs = tuple(f"out{j}" for j in range(max(1, len(tail.split))))
+    args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), *outs)
+    nb = 1 if tail.rows else g.nb  # a row tail's work-item computes every column block of its rows
     local = 4
-    while local > 1 and math.ceil(g.mb / local) * g.nb * nbatch < 16:
+    while local > 1 and math.ceil(g.mb / local) * nb * nbatch < 16:
         local //= 2
-    args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), "out0")
-    kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, g.nb, nbatch), (local, 1, 1), args))
+    kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, nb, nbatch), (local, 1, 1), args))
     schedule = {"rows": g.rows, "cols": g.cols, **({"pack_a": int(g.a_mode == "panel")} if chosen else {})}
     return Lowered(kernels, scratch, pack, schedule)
 
@@ -345,7 +395,7 @@ def matmul(ctx: Ctx) -> Lowered:
     return lower_matmul(ctx)
 
 
-def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL) -> Lowered:
     """numpy matmul: batch dims broadcast; a 1-D A is one row, a 1-D B one column."""
     a, b = ctx.operands
     check_float32("matmul", a, b, *ctx.results)
@@ -354,11 +404,11 @@ def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     (m, k), n = ad[-2:], bd[-1]
     ab, bb = ad[:-2], bd[:-2]
     batch = tuple(ctx.results[0].dims[:len(ctx.results[0].dims) - (a.rank >= 2) - (b.rank >= 2)])
-    rows, cols = tile_params(ctx, m, n)
+    rows, cols = tile_params(ctx, m, n, tail.split)
     g = Gemm(batch, (), (), m, k, n, rows, cols)
     g.b_batch_strides = aligned_strides(batch, bb, g.nb * k * cols)
     return lower_contraction(ctx, g, a_batch=ab, trans_a=False, trans_b=False, b_rank=max(2, b.rank),
-                             bias=None, epilogue=epilogue)
+                             bias=None, epilogue=epilogue, tail=tail)
 
 
 @template("gemm")
@@ -366,14 +416,14 @@ def gemm(ctx: Ctx) -> Lowered:
     return lower_gemm(ctx)
 
 
-def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
+def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL) -> Lowered:
     """alpha * op(A) @ op(B) + beta * C, C broadcast to [M, N], applied in the epilogue."""
     a, b = ctx.operands[:2]
     check_float32("gemm", *ctx.operands, *ctx.results)
     ta, tb = bool(ctx.attr("trans_a")), bool(ctx.attr("trans_b"))
     m, k = reversed(a.dims) if ta else a.dims
     n = b.dims[0] if tb else b.dims[1]
-    rows, cols = tile_params(ctx, m, n)
+    rows, cols = tile_params(ctx, m, n, tail.split)
     g = Gemm((), (), (), m, k, n, rows, cols)
     alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
     c = ctx.operands[2] if len(ctx.operands) > 2 else None
@@ -391,4 +441,5 @@ def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
         return f"{v} + {cv}" if beta == 1 else f"{v} + {flit(beta)} * {cv}"
 
     return lower_contraction(ctx, g, a_batch=(), trans_a=ta, trans_b=tb, b_rank=2,
-                             bias=bias if (alpha != 1 or c is not None) else None, epilogue=epilogue)
+                             bias=bias if (alpha != 1 or c is not None) else None, epilogue=epilogue,
+                             tail=tail)
