@@ -27,17 +27,29 @@ def random_inputs(func, seed: int = 0) -> list[np.ndarray]:  # noqa: ANN001
     return [rng.uniform(-1, 1, a.type.dims).astype(np.float32) for a in func.args]
 
 
+@pytest.mark.parametrize("svm", [True, False], ids=["svm", "buffers"])
 @pytest.mark.parametrize("chunk", range(len(CHUNKS)))
-def test_lit_cases_run(chunk: int) -> None:
+def test_lit_cases_run(chunk: int, svm: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case twice: with the slots and inputs in fine-grained SVM where the device has it (results in
+    sub-regions of a slot are read on the host), and with plain buffers and enqueued copies; two runs
+    each, so the second run's inputs overwrite the first's."""
+    if not svm:
+        monkeypatch.setenv("TESSEL_NO_SVM", "1")
     want_module = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
     func = want_module.funcs[0]
-    inputs = random_inputs(func)
-    want = run_func(want_module, func, inputs)
     m = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
     lower_module(m)
-    got = Executable(m, m.funcs[0]).run(inputs)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    exe = Executable(m, m.funcs[0])
+    if func.args:
+        shared = isinstance(exe.args[0], exe.cl.SVM)
+        caps = getattr(exe.device, "svm_capabilities", 0) & exe.cl.device_svm_capabilities.FINE_GRAIN_BUFFER
+        assert shared == (svm and bool(caps))
+    for seed in (0, 1):
+        inputs = random_inputs(func, seed)
+        want = run_func(want_module, func, inputs)
+        got = exe.run(inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
 def test_densenet_concats_assembled() -> None:
