@@ -84,6 +84,7 @@ def device_info(d: Any) -> DeviceInfo:
         name=d.name.strip(),
         compute_units=int(d.max_compute_units),
         max_work_group_size=int(d.max_work_group_size),
+        local_mem_size=int(d.local_mem_size),
         vector_width=max(4, int(d.preferred_vector_width_float) or 4) if d.type & pcl.device_type.CPU else 4,
         fp64="cl_khr_fp64" in ext,
         fp16="cl_khr_fp16" in ext,

@@ -585,13 +585,17 @@ def test_elementwise_region_writes_in_place_over_a_dying_operand() -> None:
     np.testing.assert_allclose(got[0], want[0], **TOL)
 
 
+@pytest.mark.parametrize("local", [True, False], ids=["local-repack", "two-kernels"])
 @pytest.mark.parametrize("c, g, hw", [(32, 4, 8), (12, 3, 5), (272, 4, 14)])
-def test_channel_shuffle_fused_into_a_depthwise_conv(c: int, g: int, hw: int) -> None:
-    """shufflenet's channel shuffle (reshape, transpose, reshape) fused into the depthwise conv after it:
-    one launch pair (the conv's repack reading the shuffled channels where they are, and the conv), the
-    numpy interpreter's results. 32 and 272 channels take the repack's 16-channel fast path."""
+def test_channel_shuffle_fused_into_a_depthwise_conv(c: int, g: int, hw: int, local: bool) -> None:
+    """shufflenet's channel shuffle (reshape, transpose, reshape) fused into the depthwise conv after it,
+    the numpy interpreter's results: one launch whose conv repacks the shuffled channels where they are.
+    All take the 16-channel paths (12 channels: a partial block): the repack into local memory by the
+    conv's own work-group (one kernel), or, on a device with too little local memory, a repack kernel into
+    scratch before the conv (two kernels)."""
     from tessel.passes.manager import PassManager
     from tessel.passes.pipeline import parse_pipeline
+    from tessel.targets.opencl.kernels.base import DeviceInfo
 
     x5 = T(1, g, c // g, hw, hw)
     xt = T(1, c // g, g, hw, hw)
@@ -614,10 +618,11 @@ def test_channel_shuffle_fused_into_a_depthwise_conv(c: int, g: int, hw: int) ->
     want = run_func(m, m.funcs[0], inputs)
     PassManager(parse_pipeline("fuse")).run(m)
     assert [op.name for op in m.funcs[0].block.ops] == ["kernel", "return"]
-    lower_module(m)
+    lower_module(m, DeviceInfo() if local else DeviceInfo(local_mem_size=16))
     launches = [op for op in m.funcs[0].block.ops if op.name == "cl.launch"]
     names = [[k["name"] for k in op.attrs["kernels"]] for op in launches]
-    # the weights' pack, then one launch of the region: the repack reading shuffled channels and the conv
-    assert len(names) == 2 and "pack" in names[0][0] and len(names[1]) == 2, names
+    # the weights' pack, then one launch of the region: its kernels
+    kernels = 1 if local else 2
+    assert len(names) == 2 and "pack" in names[0][0] and len(names[1]) == kernels, names
     got = Executable(m, m.funcs[0]).run(inputs)
     np.testing.assert_allclose(got[0], want[0], **TOL)

@@ -86,13 +86,23 @@ def test_conv2d_schedule_override() -> None:
     (conv_case(2, 32, 32, (5, 18), 3, p=[2, 1, 0, 3], g=32), {}),  # batch 2, asymmetric pads
     (conv_case(1, 48, 32, 10, 3, p=1, g=2), {"cin_block": 16}),  # grouped: 24 channels a group, 2 blocks
 ])
-def test_conv2d_repacks_16_channel_blocks(case, schedule) -> None:
+@pytest.mark.parametrize("local", [1, 0], ids=["local-repack", "scratch-repack"])
+def test_conv2d_repacks_16_channel_blocks(case, schedule, local: int) -> None:
     """The repack of an NCHW input into 16-channel blocks (repack_input_transposed): 16 columns of 16
-    planes a step, transposed in registers; pads, channel tails, tail chunks and the input's last row."""
+    planes a step, transposed in registers; pads, channel tails, tail chunks and the input's last row. A
+    depthwise conv does it in local memory, in its own kernel (depthwise_local_source) unless told not to
+    (schedule local_repack = 0, or a device with too little local memory): then a first kernel fills
+    scratch."""
+    schedule = {**schedule, "local_repack": local}
     check_op("conv2d", *case, schedule=schedule, **TOL)
     types = [TensorType.of(a) for a in case[0]]
     low = lower_op("conv2d", types, case[1], schedule=schedule)[1]
-    assert "transposed in registers" in low.kernels[0].source
+    depthwise = case[1].get("groups", 1) == types[0].dims[1]
+    if local and depthwise:
+        assert len(low.kernels) == 1 and "__local float L[" in low.kernels[0].source
+        assert "barrier(CLK_LOCAL_MEM_FENCE)" in low.kernels[0].source
+    else:
+        assert len(low.kernels) == 2 and "transposed in registers" in low.kernels[0].source
 
 
 @pytest.mark.parametrize("case, schedule", [

@@ -36,6 +36,7 @@ class DeviceInfo:
     name: str = "generic"
     compute_units: int = 2
     max_work_group_size: int = 4096
+    local_mem_size: int = 1 << 20  # bytes of __local memory per work-group (PoCL's pthread device: 1 MiB)
     vector_width: int = 16  # preferred float vector width (floats per SIMD register)
     fp64: bool = True
     fp16: bool = False

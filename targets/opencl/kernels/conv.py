@@ -18,7 +18,10 @@ place instead, plane by plane (an RGB stem, shufflenet's grouped 1x1 convs). Wei
   convs went from 200-370 to 350-450 GFLOP/s). The FMAs are `fma()`: PoCL builds without -cl-mad-enable, so
   `mad()` would become a multiply and an add;
 - depthwise (groups == channels): channels vectorized by 16, the KH*KW weight vectors held in registers,
-  each input vector loaded once for all the taps that use it.
+  each input vector loaded once for all the taps that use it. Reading NCHW with 16-wide channel vectors, a
+  work-group (one image's 16-channel block, a work-item per output tile) repacks its block into `__local`
+  memory itself and meets at one barrier before computing (depthwise_local_source): one launch instead
+  of two and no scratch, when twice the padded block fits the device's local memory (PoCL: 1 MiB).
 
 A depthwise conv reading NCHW may take a `channel_map` (a fused channel shuffle): its repack reads channel c
 from the input's channel channel_map(c), so the shuffle needs no copy of its own.
@@ -27,8 +30,9 @@ Bias and an optional fused `epilogue` (see gemm.Epilogue) are applied per output
 store, with the output index in out0's layout.
 
 Schedule overrides (ctx.schedule): tile_h, tile_w, cols (V), vcols, cin_block (cb), unroll (channels a
-trip of the rolled loop; 0: unrolled), local (work-group size along global dimension 0) and cols_first
-(global dimension 0 walks the output-channel columns instead of the tiles).
+trip of the rolled loop; 0: unrolled), local (work-group size along global dimension 0), cols_first
+(global dimension 0 walks the output-channel columns instead of the tiles) and local_repack (0: a
+depthwise conv's repack stays a kernel of its own).
 
 Blocked operands (`lower_conv2d(ctx, in_block=b, out_block=b)`, used by fused regions
 `unpack -> conv2d -> pack`): in0 or out0 then holds NCHWc, [N, ceil(C/b), H, W, b] with zero channel
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Callable
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
@@ -208,6 +213,20 @@ def repack_prelude(geo: Geometry, groups: int, cg: int, cb: int, wp: int) -> str
 """
 
 
+def plane_offset(geo: Geometry, channel_map: str | None) -> Callable[[int | str], str]:
+    """C expression of the offset of the conv's channel c0 + i from x's channel c0 plane (through
+    `channel_map`, a C expression of `c`, when a channel shuffle is fused in)."""
+    hw = geo.h * geo.w
+
+    def plane(i: int | str) -> str:
+        if channel_map is None:
+            return str(i * hw) if isinstance(i, int) else f"{i} * {hw}"
+        src = re.sub(r"\bc\b", f"(c0 + {i})", channel_map)
+        return f"({src} - c0) * {hw}"
+
+    return plane
+
+
 def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
                  channel_map: str | None = None) -> Kernel:
     """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail).
@@ -215,14 +234,7 @@ def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
     (a channel shuffle fused into the conv), read where it is."""
     cbn = math.ceil(cg / cb)
     chunks = math.ceil(wp / 16)
-    hw = geo.h * geo.w
-
-    def plane(i: int | str) -> str:  # offset of the conv's channel c0 + i from x
-        if channel_map is None:
-            return str(i * hw) if isinstance(i, int) else f"{i} * {hw}"
-        src = re.sub(r"\bc\b", f"(c0 + {i})", channel_map)
-        return f"({src} - c0) * {hw}"
-
+    plane = plane_offset(geo, channel_map)
     if cb == 16:
         return repack_input_transposed(geo, groups, cg, hp, wp, plane)
     head = repack_prelude(geo, groups, cg, cb, wp)
@@ -252,13 +264,7 @@ def repack_input_transposed(geo: Geometry, groups: int, cg: int, hp: int, wp: in
     chunk past a row's end over-reads the next row (harmless, not stored), except in the input's last
     row, which takes a scalar loop. Channels past the group's (a partial last block) are zeros."""
     cbn = math.ceil(cg / 16)
-    wc = max(min(geo.w, wp - geo.pl), 0)  # input columns the repacked rows hold
-    ind = " " * 12
-    loads = "".join(
-        f"{ind}const float16 v{i:x} = cin + {i} < {cg} ? vload16(0, x + {plane(i)}) : (float16)(0.0f);\n"
-        for i in range(16))
-    pixel = [", ".join(f"v{i:x}.s{w:x}" for i in range(16)) for w in range(16)]
-    stores = "".join(f"{ind}if ({w} < nw) vstore16((float16)({pixel[w]}), {w}, p);\n" for w in range(16))
+    row = transposed_row(geo, cg, wp, plane, "__global", "return")
     src = f"""// repack x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] into channel blocks
 // [{geo.n}, {groups}, {cbn}, {hp}, {wp}, 16], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // a row of a block a work-item, 16 input columns at a time, transposed in registers
@@ -269,17 +275,34 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
     const int n = blk / {groups * cbn};
     const int cin = blk % {cbn} * 16;  // first channel of the block within its group
     const int c0 = (blk / {cbn}) % {groups} * {cg} + cin;
-    const int ih = hh - {geo.pt};
     __global float* prow = P + ((long)blk * {hp} + hh) * {wp * 16};
+{row}}}
+"""
+    local = 4 if hp >= 16 else 1
+    return Kernel(src, (math.ceil(hp / local) * local, geo.n * groups * cbn), (local, 1), ("in0", "tmp0"))
+
+
+def transposed_row(geo: Geometry, cg: int, wp: int, plane: Callable[[int | str], str], space: str,
+                   done: str) -> str:
+    """The body of repack_input_transposed for row `hh` of the block of channels c0.. (`cin`.. within
+    their group) of image `n`, stored at `prow` (a `space` pointer); `done` ends a row of pads early."""
+    wc = max(min(geo.w, wp - geo.pl), 0)  # input columns the repacked rows hold
+    ind = " " * 12
+    loads = "".join(
+        f"{ind}const float16 v{i:x} = cin + {i} < {cg} ? vload16(0, x + {plane(i)}) : (float16)(0.0f);\n"
+        for i in range(16))
+    pixel = [", ".join(f"v{i:x}.s{w:x}" for i in range(16)) for w in range(16)]
+    stores = "".join(f"{ind}if ({w} < nw) vstore16((float16)({pixel[w]}), {w}, p);\n" for w in range(16))
+    return f"""    const int ih = hh - {geo.pt};
     for (int w = 0; w < {geo.pl}; ++w) vstore16((float16)(0.0f), w, prow);
     for (int w = {geo.pl + wc}; w < {wp}; ++w) vstore16((float16)(0.0f), w, prow);
     if (ih < 0 || ih >= {geo.h}) {{
         for (int w = 0; w < {wc}; ++w) vstore16((float16)(0.0f), w + {geo.pl}, prow);
-        return;
+        {done};
     }}
     for (int iw0 = 0; iw0 < {wc}; iw0 += 16) {{
         const int nw = min(16, {wc} - iw0);
-        __global float* p = prow + (iw0 + {geo.pl}) * 16;
+        {space} float* p = prow + (iw0 + {geo.pl}) * 16;
         const __global float* x = X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0;
         if (iw0 + 16 <= {geo.w} || ih + 1 < {geo.h}) {{
 {loads}{stores}        }} else {{
@@ -288,10 +311,7 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
                     p[w * 16 + ci] = cin + ci < {cg} ? x[{plane("ci")} + w] : 0.0f;
         }}
     }}
-}}
 """
-    local = 4 if hp >= 16 else 1
-    return Kernel(src, (math.ceil(hp / local) * local, geo.n * groups * cbn), (local, 1), ("in0", "tmp0"))
 
 
 def repack_blocked(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int) -> Kernel:
@@ -498,23 +518,27 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
 
 
 def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
-                     epilogue: Epilogue | None, cols_first: bool = False) -> str:
+                     epilogue: Epilogue | None, cols_first: bool = False, fill: str = "") -> str:
     """One channel block of `width`, a th x tw pixel tile; the KH*KW weight vectors live in registers and
-    each input vector is loaded once for every tap of the tile that reads it."""
+    each input vector is loaded once for every tap of the tile that reads it. `fill`: code that repacks
+    the work-group's block into `__local float L[]` (depthwise_local_source), read instead of P."""
     vt = vtype(width)
     taps = geo.kh * geo.kw
-    ins = "__global const float* restrict P, __global const float* restrict W"
+    ins = f"__global const float* restrict {'X' if fill else 'P'}, __global const float* restrict W"
     ins += ", __global const float* restrict in2" if has_bias else ""
     load = (lambda off: f"xb[{off}]") if width == 1 else (lambda off: f"vload{width}(0, xb + {off})")
+    block = "0" if fill else f"(n * {math.ceil(geo.c / width)} + ob)"
     lines = [
         f"// depthwise conv2d {geo.kh}x{geo.kw} stride {geo.sh},{geo.sw} dilation {geo.dh},{geo.dw}: "
         f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
-        f"// tile: {th}x{tw} output pixels x one {vt} of channels per work-item",
+        f"// tile: {th}x{tw} output pixels x one {vt} of channels per work-item"
+        + ("; the work-group's input block repacked into local memory first" if fill else ""),
         f"__kernel void KERNEL({ins}, __global float* restrict Y) {{",
+        *([fill] if fill else []),
         *tile_ids(geo, th, tw, cols_first, math.ceil(geo.c / width)),
         f"    const int oc0 = ob * {width};",
-        f"    const __global float* xb = P + ((long)(n * {math.ceil(geo.c / width)} + ob) * {hp}"
-        f" + oh0 * {geo.sh}) * {wp * width} + ow0 * {geo.sw * width};",
+        f"    const {'__local' if fill else '__global'} float* xb = {'L' if fill else 'P'}"
+        f" + ((long){block} * {hp} + oh0 * {geo.sh}) * {wp * width} + ow0 * {geo.sw * width};",
         f"    const __global float* wp = W + ob * {taps * width};",
     ]
     lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'};"
@@ -537,6 +561,26 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
     lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def depthwise_local_source(geo: Geometry, th: int, tw: int, hp: int, wp: int, has_bias: bool,
+                           epilogue: Epilogue | None, channel_map: str | None) -> str:
+    """depthwise_source with its input repack inside: a work-group is one (image, 16-channel block), a
+    work-item per output tile. Its work-items first fill the block's zero-padded planes in local memory
+    (rows of repack_input_transposed, transposed in registers), meet at one barrier, then each computes
+    its tile from local memory: one launch instead of two, and no scratch buffer."""
+    tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
+    row = transposed_row(geo, geo.c, wp, plane_offset(geo, channel_map), "__local", "continue")
+    fill = f"""    __local float L[{hp * wp * 16}];
+    {{  // the block's padded input planes, a row a work-item at a time
+        const int n = get_global_id(2);
+        const int cin = get_global_id(1) * 16, c0 = cin;
+        for (int hh = get_local_id(0); hh < {hp}; hh += {tiles}) {{
+            __local float* prow = L + hh * {wp * 16};
+{textwrap.indent(row, "        ")}        }}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);"""
+    return depthwise_source(geo, 16, th, tw, hp, wp, has_bias, epilogue, fill=fill)
 
 
 def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> tuple[int, int]:
@@ -613,6 +657,14 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
         src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue, cols_first)
         blocks, cb = math.ceil(geo.c / width), width
+        local_repack = int(ctx.schedule.get("local_repack", 1)) and not in_place and not in_block
+        local_repack = local_repack and width == 16 and not cols_first
+        local_repack = local_repack and tiles <= ctx.device.max_work_group_size
+        if local_repack and 4 * hp * wp * 16 <= ctx.device.local_mem_size // 2:
+            src = depthwise_local_source(geo, th, tw, hp, wp, has_bias, epilogue, channel_map)
+            args = ("in0", "in1", "in2", "out0") if has_bias else ("in0", "in1", "out0")
+            schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width, "local_repack": 1}
+            return Lowered([Kernel(src, (tiles, blocks, geo.n), (tiles, 1, 1), args)], [], pack, schedule)
     else:
         # a column of output channels stays inside one group: when the group size has no wide power-of-2
         # divisor (34 channels), each group's channels are padded to whole 8- or 16-wide columns instead
@@ -661,7 +713,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     kernels = [main] if in_place else [first, main]
     if out_block and geo.o % out_block:
         kernels.append(zero_channel_tail(geo))
-    schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width}
+    schedule = {"tile_h": th, "tile_w": tw, "cols": width}
     if not depthwise:
         schedule["cin_block"] = cb
     if nc > 1:
