@@ -14,7 +14,8 @@ Greedy, producer to consumer, in program order:
    after a `matmul` or `gemm`, the chain may go on through a `layer_norm` over the last axis (the
    template normalizes each output row once the row is computed) and its own elementwise consumers, and
    end in a `split` along the last axis (a multi-result region: merged Q/K/V projections, made by
-   merge-sibling-matmuls, store each column range straight to its own result).
+   merge-sibling-matmuls, store each column range straight to its own result), unless a layer_norm
+   joined (its template writes whole rows).
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -264,6 +265,7 @@ class _Fuser:
         u = v.users[0] if len(v.uses) == 1 else None
         if (
             u is not None
+            and not any(o.name == "layer_norm" for o in ops)  # the template normalizes whole rows, unsplit
             and u.name == "split"
             and u.parent is self.block
             and v.type.rank >= 1
