@@ -137,6 +137,7 @@ BLOCKS = list(itertools.product((0, 16), (0, 16)))[1:]  # (in_block, out_block),
         ("3x3-stride2", conv_case(1, 16, 32, 11, 3, s=2, p=1, bias=False)),
         ("1x1-stride2", conv_case(2, 16, 16, (10, 8), 1, s=2)),  # batch 2, downsample
         ("depthwise", conv_case(1, 32, 32, 10, 3, p=1, g=32)),
+        ("depthwise-tail", conv_case(1, 24, 24, 7, 3, p=1, g=24)),  # a partial block: its padding zeroed
         ("grouped", conv_case(1, 32, 64, 7, 3, p=1, g=2)),
         ("stem", conv_case(1, 3, 32, 12, 7, s=2, p=3)),  # RGB input: blocked it is padded 3 -> 16
         ("stem-unpadded", conv_case(1, 3, 32, 15, 3, s=2)),  # NCHW input read in place

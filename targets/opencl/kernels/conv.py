@@ -650,21 +650,21 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         in_place = in_place and width == in_block
         if in_place:
             hp, wp = geo.h, geo.w
-        if in_block:
-            first = repack_blocked(geo, 1, geo.c, width, hp, wp)
-        else:
-            first = repack_input(geo, 1, geo.c, width, hp, wp, channel_map)
-        scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
-        src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue, cols_first)
-        blocks, cb = math.ceil(geo.c / width), width
-        local_repack = int(ctx.schedule.get("local_repack", 1)) and not in_place and not in_block
-        local_repack = local_repack and width == 16 and not cols_first
-        local_repack = local_repack and tiles <= ctx.device.max_work_group_size
-        if local_repack and 4 * hp * wp * 16 <= ctx.device.local_mem_size // 2:
+        # an NCHW input repacked by the conv's own work-groups (a work-item per tile) into local memory
+        local_repack = (bool(int(ctx.schedule.get("local_repack", 1))) and not in_block and width == 16
+                        and not cols_first and "local" not in ctx.schedule
+                        and tiles <= ctx.device.max_work_group_size
+                        and 4 * hp * wp * 16 <= ctx.device.local_mem_size // 2)
+        if local_repack:
             src = depthwise_local_source(geo, th, tw, hp, wp, has_bias, epilogue, channel_map)
-            args = ("in0", "in1", "in2", "out0") if has_bias else ("in0", "in1", "out0")
-            schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width, "local_repack": 1}
-            return Lowered([Kernel(src, (tiles, blocks, geo.n), (tiles, 1, 1), args)], [], pack, schedule)
+        else:
+            if in_block:
+                first = repack_blocked(geo, 1, geo.c, width, hp, wp)
+            else:
+                first = repack_input(geo, 1, geo.c, width, hp, wp, channel_map)
+            scratch = 4 * geo.n * math.ceil(geo.c / width) * width * hp * wp
+            src = depthwise_source(geo, width, th, tw, hp, wp, has_bias, epilogue, cols_first)
+        blocks, cb = math.ceil(geo.c / width), width
     else:
         # a column of output channels stays inside one group: when the group size has no wide power-of-2
         # divisor (34 channels), each group's channels are padded to whole 8- or 16-wide columns instead
@@ -698,22 +698,23 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
             raise NotLowerable(f"'conv2d' schedule unroll={unroll} must divide the {cb} channels of a block")
         src = dense_source(geo, cb, width, th, tw, hp, wp, has_bias, epilogue, cpg, nc, cols_first, unroll,
                            planar)
+        local_repack = False
         blocks = geo.g * (cpg // nc) if cpg else math.ceil(geo.o / (width * nc))
     along = blocks if cols_first else tiles  # work-items along global dimension 0
-    local = int(ctx.schedule.get("local", 4))
-    if "local" not in ctx.schedule:
+    local = tiles if local_repack else int(ctx.schedule.get("local", 4))
+    if "local" not in ctx.schedule and not local_repack:
         while local > 1 and math.ceil(along / local) * (tiles * blocks // along) * geo.n < 16:
             local //= 2
     if local < 1:
         raise NotLowerable(f"'conv2d' schedule local={local} must be positive")
-    x = "in0" if in_place else "tmp0"
+    x = "in0" if in_place or local_repack else "tmp0"
     args = (x, "in1", "in2", "out0") if has_bias else (x, "in1", "out0")
     grid = (math.ceil(along / local) * local, tiles * blocks // along, geo.n)
     main = Kernel(src, grid, (local, 1, 1), args)
-    kernels = [main] if in_place else [first, main]
+    kernels = [main] if in_place or local_repack else [first, main]
     if out_block and geo.o % out_block:
         kernels.append(zero_channel_tail(geo))
-    schedule = {"tile_h": th, "tile_w": tw, "cols": width}
+    schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width}
     if not depthwise:
         schedule["cin_block"] = cb
     if nc > 1:
@@ -722,6 +723,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         schedule["cols_first"] = True
     if not depthwise and 0 < unroll < cb:
         schedule["unroll"] = unroll
+    if local_repack:
+        schedule["local_repack"] = 1
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
-    return Lowered(kernels, [] if in_place else [scratch], pack, schedule)
+    return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)
