@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,15 @@ def producer(v: Value, *names: str) -> Op | None:
     """The op defining `v` when its name is one of `names`."""
     op = v.op
     return op if op is not None and op.name in names else None
+
+
+@dataclass
+class Refusal:
+    """Why a pass leaves `ops` as they are: a reason code and the missed remark's message."""
+
+    reason: str
+    message: str
+    ops: list[Op] = field(default_factory=list)
 
 
 class Refuser:

@@ -19,14 +19,14 @@ parameters stays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir.core import Module, Op, Value, fuse_locs
 from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
-from .common import const_array, const_op, make_const_attr
+from .common import Refusal, const_array, const_op, make_const_attr
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
@@ -44,13 +44,6 @@ class Anchor:
     weight: np.ndarray
     bias: np.ndarray | None  # conv2d's bias [C], gemm's c (beta applied), matmul's bias vector [C]
     bias_add: Op | None = None
-
-
-@dataclass
-class Refusal:
-    reason: str
-    message: str
-    ops: list[Op] = field(default_factory=list)
 
 
 def _f64(a: np.ndarray) -> np.ndarray:

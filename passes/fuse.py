@@ -244,6 +244,7 @@ class _Fuser:
         chain), then a `split` along the last axis, each when it is the only user of the value before."""
         last = ops[-1]
         v = last.result
+        normed = False
         u = v.users[0] if len(v.uses) == 1 else None
         if u is not None and u.name == "layer_norm" and v.uses[0][1] == 0 and self.fusible(u):
             axis = u.attrs.get("axis", -1)
@@ -261,11 +262,11 @@ class _Fuser:
             else:
                 ops.append(u)
                 self.chain(u.result, anchor, "epilogue", ops)
-                v = ops[-1].result
+                v, normed = ops[-1].result, True
         u = v.users[0] if len(v.uses) == 1 else None
         if (
             u is not None
-            and not any(o.name == "layer_norm" for o in ops)  # the template normalizes whole rows, unsplit
+            and not normed  # the row-norm template writes whole rows of one result
             and u.name == "split"
             and u.parent is self.block
             and v.type.rank >= 1

@@ -38,7 +38,7 @@ import numpy as np
 from ..ir.attributes import Attr
 from ..ir.core import Func, Module, Op, Value, fuse_locs
 from ..ir.types import TensorType
-from .common import const_array, make_const_attr
+from .common import Refusal, const_array, make_const_attr
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
@@ -63,13 +63,6 @@ class Sibling:
     @property
     def columns(self) -> int:
         return int(self.weight.shape[1])
-
-
-@dataclass
-class Refusal:
-    reason: str
-    message: str
-    ops: list[Op] = field(default_factory=list)
 
 
 def last_axis_vector(c: np.ndarray, out: TensorType) -> np.ndarray | None:

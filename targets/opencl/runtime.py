@@ -109,6 +109,8 @@ class Executable:
         # the memory plan's slots (and the inputs below) in fine-grained SVM where the device has it (PoCL
         # on a CPU): a run then writes its inputs and reads its outputs with host copies instead of
         # enqueued transfers, which cost PoCL ~10-30 us of dispatch apiece (a transformer run: 15%)
+        caps = 0 if os.environ.get("TESSEL_NO_SVM") else getattr(self.device, "svm_capabilities", 0)
+        self.svm = bool(caps & getattr(cl.device_svm_capabilities, "FINE_GRAIN_BUFFER", 0))
         self.slots = [self._buffer(int(op.attrs["bytes"])) for op in ops if op.name == "buf.alloc"]
         self.peak_bytes = sum(max(int(op.attrs["bytes"]), 4) for op in ops if op.name == "buf.alloc")
         self.buf: dict[int, Any] = {}  # value id -> device buffer
@@ -125,10 +127,9 @@ class Executable:
     # loading ----------------------------------------------------------------------------------------
     def _buffer(self, nbytes: int) -> Any:
         """A read-write device buffer of `nbytes`: fine-grained SVM (a `cl.SVM` whose `.mem` is the host's
-        byte view) when the device has it and TESSEL_NO_SVM is not set, else a `cl.Buffer`."""
+        byte view) when `self.svm`, else a `cl.Buffer`."""
         cl = self.cl
-        caps = 0 if os.environ.get("TESSEL_NO_SVM") else getattr(self.device, "svm_capabilities", 0)
-        if caps & getattr(cl.device_svm_capabilities, "FINE_GRAIN_BUFFER", 0):
+        if self.svm:
             flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
             return cl.SVM(cl.svm_empty(self.context, flags, max(nbytes, 4), np.uint8, alignment=128))
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 4))
@@ -286,16 +287,6 @@ class Executable:
                     if e is not None:
                         stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
-
-
-def shared_array(cl: Any, context: Any, device: Any, nbytes: int) -> np.ndarray | None:
-    """A byte array of fine-grained SVM (host and kernels share it, coherent at each enqueue), or None when
-    the device has no fine-grained buffer SVM (or TESSEL_NO_SVM is set)."""
-    caps = getattr(device, "svm_capabilities", 0) if not os.environ.get("TESSEL_NO_SVM") else 0
-    if not caps & getattr(cl.device_svm_capabilities, "FINE_GRAIN_BUFFER", 0):
-        return None
-    flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
-    return cl.svm_empty(context, flags, max(nbytes, 4), np.uint8)
 
 
 def opencl_executor(module: Module, func: Func) -> Any:

@@ -35,7 +35,7 @@ from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from ....ir.ops.registry import Sig, get_op, norm_axis, op_sig
 from ....ir.types import TensorType
-from ....passes.fuse import channel_shuffle_ops
+from ....passes.fuse import ROW_ANCHORS, channel_shuffle_ops
 from . import elementwise as ew
 from .base import (
     Ctx,
@@ -50,14 +50,13 @@ from .base import (
 )
 from .conv import lower_conv2d
 from .elementwise import offset
-from .gemm import Tail, flit, lower_gemm, lower_matmul
+from .gemm import Tail, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
-from .reduce import REDUCERS, reduce_kernels
+from .reduce import REDUCERS, V, flit, fold_lanes, reduce_kernels
 
 CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm"}
 Anchor = Callable[..., Lowered]  # (ctx, epilogue, *, in_block, out_block) -> Lowered
 CONTRACTIONS: dict[str, Anchor] = {"conv2d": lower_conv2d, "matmul": lower_matmul, "gemm": lower_gemm}
-ROW_ANCHORS = ("matmul", "gemm")  # templates with a `Tail`: a split of the columns, a row normalization
 NORMS = {"softmax": softmax_kernels, "log_softmax": softmax_kernels, "layer_norm": layer_norm_kernels}
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 BLOCKED = ("conv2d", *POOLS)  # anchors whose templates read / write NCHWc for an unpack / pack
@@ -667,9 +666,9 @@ def split_yields(rg: Region, anchor: Op) -> Op | None:
 def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list[Op], norms: list[Op],
                    result: Value, table: dict[str, Anchor]) -> Lowered:
     """A matmul/gemm whose epilogue ends in a `layer_norm` over its last axis (then an elementwise chain):
-    the contraction's template stores the pre-norm rows (`epi` chain applied), its row block's work-group
-    meets at a barrier, and each work-item normalizes some of the block's rows in place (`post` chain
-    applied): one launch where there were two, and the rows are normalized while still in cache."""
+    each work-item of the contraction's template computes every column block of its rows, storing the
+    pre-norm values (`epi` chain applied), then normalizes those rows in place (`post` chain applied): one
+    launch where there were two, and the rows are normalized while still in cache."""
     ln = norms[0]
     if len(norms) > 1 or anchor.name not in ROW_ANCHORS or len(rg.yields) != 1:
         raise NotLowerable("one layer_norm after a matmul or gemm, yielding one value")
@@ -697,35 +696,33 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
     names = [f"ep{rg.arg[id(v)]}" for v in params]
 
     def rows(g: Any) -> list[str]:
-        w = g.cols if n % g.cols == 0 else 1
-        vtype = "float" if w == 1 else f"float{w}"
-
-        def ld(ptr: str, at: str) -> str:
-            return f"{ptr}[{at}]" if w == 1 else f"vload{w}(0, {ptr} + {at})"
+        v = V("float", g.cols if n % g.cols == 0 else 1)
 
         def affine(k: int) -> str:
-            v = params[k]
-            return f"{names[k]}[0]" if v.type.numel == 1 else ld(names[k], "j")
+            return f"{names[k]}[0]" if params[k].type.numel == 1 else v.load(names[k], "j")
 
         y = f"(x - mean) / den * {affine(0)}" + (f" + {affine(1)}" if len(params) > 1 else "")
         if post:
-            y = tail.call(y, "o + j", w)
+            y = tail.call(y, "o + j", v.w)
         guard = [f"        if (row >= {g.m}) break;"] if g.m % g.rows else []
+        loop = f"for (int j = 0; j < {n}; j += {v.w})"
+        total = flit(float(n), "float")
         return [
             f"    for (int i = 0; i < {g.rows}; ++i) {{  // normalize the rows just computed",
             f"        const int row = mb * {g.rows} + i;",
             *guard,
             f"        const {it} o = ((({it})b) * {g.m} + row) * {n};",
             "        __global float* yr = Y + o;",
-            f"        {vtype} s = 0.0f, q = 0.0f;",
-            f"        for (int j = 0; j < {n}; j += {w}) s += {ld('yr', 'j')};",
-            f"        const float mean = {hsum('s', w)} / {flit(n)};",
-            f"        for (int j = 0; j < {n}; j += {w}) {{ const {vtype} d = {ld('yr', 'j')} - mean; "
-            "q += d * d; }",
-            f"        const float den = sqrt({hsum('q', w)} / {flit(n)} + {flit(eps)});",
-            f"        for (int j = 0; j < {n}; j += {w}) {{",
-            f"            const {vtype} x = {ld('yr', 'j')};",
-            f"            {'yr[j] = ' + y if w == 1 else f'vstore{w}({y}, 0, yr + j)'};",
+            f"        {v.t} s = 0.0f, q = 0.0f;",
+            f"        {loop} s += {v.load('yr', 'j')};",
+            *(f"        {ln}" for ln in fold_lanes("add", v, "s")),
+            f"        const float mean = s_s / {total};",
+            f"        {loop} {{ const {v.t} d = {v.load('yr', 'j')} - mean; q += d * d; }}",
+            *(f"        {ln}" for ln in fold_lanes("add", v, "q")),
+            f"        const float den = sqrt(q_s / {total} + {flit(eps, 'float')});",
+            f"        {loop} {{",
+            f"            const {v.t} x = {v.load('yr', 'j')};",
+            f"            {v.store(y, 'yr', 'j')}",
             "        }",
             "    }",
         ]
@@ -739,16 +736,6 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
                  reads=reads)
     low.schedule = {**low.schedule, "fused": len(ops) + 1, "row_norm": 1}
     return low
-
-
-def hsum(v: str, w: int) -> str:
-    """C expression of the sum of the lanes of `v` (a float<w>), by halves."""
-    if w == 1:
-        return v
-    parts = [f"{v}.s{LANES[j]}" for j in range(w)]
-    while len(parts) > 1:
-        parts = [f"({a} + {b})" for a, b in zip(parts[::2], parts[1::2], strict=True)]
-    return parts[0]
 
 
 def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
