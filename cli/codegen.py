@@ -66,8 +66,8 @@ def device_for_codegen(spec: str) -> object:
     show_default=True,
     metavar="SPEC",
     help="Device to specialise kernels for: 'generic' (a PoCL-like CPU; output does not depend on "
-    "this machine), 'auto' (the first GPU, else the first device), an index from "
-    "'tessel-run --list-devices', or part of a device name.",
+    "this machine), 'auto' (the first GPU, else the first device of the most compute units), an "
+    "index from 'tessel-run --list-devices', or part of a device name.",
 )
 @click.option(
     "--split-input-file",

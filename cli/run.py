@@ -88,8 +88,17 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     metavar="SPEC",
     default="auto",
     show_default=True,
-    help="OpenCL device: 'auto' (the first GPU, else the first device), an index from "
-    "--list-devices, or part of a device name.",
+    help="OpenCL device: 'auto' (the first GPU, else the first device of the most compute units), an "
+    "index from --list-devices, or part of a device name.",
+)
+@click.option(
+    "--execution",
+    type=click.Choice(["auto", "pool", "inline"]),
+    default=None,
+    help="OpenCL on PoCL's CPU device: 'pool' runs kernels on PoCL's worker threads, 'inline' on this "
+    "thread (PoCL's basic device: no wake-ups, one core), 'auto' starts on the pool and, from the 8th "
+    "run (or before timing --repeat 8+), keeps whichever ran the model faster. Default: "
+    "$TESSEL_EXECUTION, else auto. Other devices have one way to run.",
 )
 @click.option("--list-devices", is_flag=True, help="List the OpenCL devices and exit.")
 @click.option(
@@ -117,7 +126,8 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     "--profile",
     is_flag=True,
     help="OpenCL: print per kernel its launches, time (profiling events), GFLOP/s, GB/s, arithmetic "
-    "intensity and fraction of the device's peak, with the ONNX nodes it came from.",
+    "intensity and fraction of the device's peak, with the ONNX nodes it came from; then the kernel time "
+    "per run, the wall time and the overhead (wall minus kernel time: launches, wake-ups, copies).",
 )
 @click.option(
     "--top",
@@ -151,6 +161,7 @@ def main(
     input: str,
     target: str,
     device: str,
+    execution: str | None,
     list_devices: bool,
     calibrate: bool,
     func_name: str | None,
@@ -226,7 +237,7 @@ def main(
         rows, exe = None, None
     else:
         results, times, rows, exe = _run_opencl(
-            module, func, arrays, device, lowered, repeat, profile or bool(report_json), report
+            module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution
         )
     names = output_names(func)
     if reference is not None:
@@ -239,7 +250,8 @@ def main(
     if not quiet:
         sys.stdout.write(summary_table(names, results))
     if profile and rows is not None:
-        sys.stdout.write(profile_table(rows, report.get("peaks"), top))
+        sys.stdout.write(profile_table(rows, report.get("peaks"), top, median))
+        report["overhead_ms"] = round(median - sum(r.ms for r in rows), 4)
     if not quiet or profile:
         where = target if exe is None else f"{target} ({report['device']})"
         timing = (
@@ -255,6 +267,9 @@ def main(
                 f"{_mib(report['peak_bytes'])} for activations + {_mib(report['weight_bytes'])} "
                 "weights\n"
             )
+            if exe.running_on != "device":
+                note = f" ({exe.adapt_note})" if exe.adapt_note else ""
+                sys.stdout.write(f"execution: {exe.running_on}{note}\n")
         if reference is not None:
             sys.stdout.write(f"matches numpy within rtol {rtol:g}, atol {atol:g}\n")
     if report_json:
@@ -304,7 +319,7 @@ def _device_command(list_devices: bool, spec: str) -> None:
     )
 
 
-def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report):  # noqa: ANN001, ANN202
+def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution):  # noqa: ANN001, ANN202
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
     from ..targets.opencl.runtime import Executable
@@ -314,9 +329,10 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report):  
     t0 = time.perf_counter()
     if not lowered:
         lower_module(module, dev.device_info(d))
-    exe = Executable(module, func, d, profile=profile)
+    exe = Executable(module, func, d, profile=profile, execution=execution)
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
+    report.update(execution=exe.running_on, execution_note=exe.adapt_note)
     peaks = load_peaks(d)
     report.update(
         device=dev.describe(d),
@@ -343,7 +359,9 @@ def _compare(names, results, reference, rtol, atol) -> None:  # noqa: ANN001
         raise error
 
 
-def profile_table(rows, peaks: dict | None, top: int | None) -> str:  # noqa: ANN001
+def profile_table(  # noqa: ANN001
+    rows, peaks: dict | None, top: int | None, wall_ms: float | None = None
+) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -384,6 +402,9 @@ def profile_table(rows, peaks: dict | None, top: int | None) -> str:  # noqa: AN
     buf = io.StringIO()
     Console(file=buf, width=160, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
     note = f"kernel time {total:.3f} ms per run"
+    if wall_ms is not None:  # what the kernels' own times do not account for: launches, waits, copies
+        over = wall_ms - total
+        note += f"; wall {wall_ms:.3f} ms, overhead {over:.3f} ms ({100 * over / wall_ms:.0f}% of wall)"
     note += (
         f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})"
         if p

@@ -1,9 +1,17 @@
-"""Finding OpenCL devices, and what tessel needs to know about one."""
+"""Finding OpenCL devices, and what tessel needs to know about one.
+
+PoCL's default CPU device (`pthread`) runs work-groups on a pool of worker threads that sleep between
+commands; waking them costs 5-40 us a command in a VM. Its `basic` device runs kernels on the thread that
+enqueues them, with no wake-ups but on one core. Unless the user set `POCL_DEVICES` (or
+`TESSEL_POCL_INLINE=0`), tessel asks PoCL for both, and an Executable on the pool device may run a model
+on its *inline companion* instead when that is faster (runtime.py, docs/opencl.md "Execution").
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from typing import Any
 
 from .kernels.base import DeviceInfo
@@ -26,9 +34,15 @@ def cl() -> Any:
     return pyopencl
 
 
+POCL_DEVICES = "pthread basic"
+"""What tessel asks PoCL for when the user did not: the worker pool and its inline companion."""
+
+
 @functools.lru_cache(maxsize=1)
 def all_devices() -> tuple[Any, ...]:
     """Every device of every platform, in platform order."""
+    if "POCL_DEVICES" not in os.environ and os.environ.get("TESSEL_POCL_INLINE", "1") != "0":
+        os.environ["POCL_DEVICES"] = POCL_DEVICES  # read once, when PoCL initializes (below)
     pcl = cl()
     try:
         platforms = pcl.get_platforms()
@@ -54,13 +68,14 @@ def describe(d: Any) -> str:
 
 
 def pick_device(spec: str | None = None) -> Any:
-    """`spec`: None or 'auto' (the first GPU, else the first device), an index from --list-devices, or a
-    case-insensitive substring of the platform or device name."""
+    """`spec`: None or 'auto' (the first GPU, else the first device of the most compute units), an index
+    from --list-devices, or a case-insensitive substring of the platform or device name."""
     devices = all_devices()
     if spec in (None, "", "auto"):
         pcl = cl()
         gpus = [d for d in devices if d.type & pcl.device_type.GPU]
-        return (gpus or list(devices))[0]
+        most = max(int(d.max_compute_units) for d in devices)
+        return (gpus or [d for d in devices if int(d.max_compute_units) == most])[0]
     if spec.isdigit():
         i = int(spec)
         if i >= len(devices):
@@ -72,9 +87,33 @@ def pick_device(spec: str | None = None) -> Any:
     return hits[0]
 
 
+def _pocl_driver(d: Any) -> tuple[str, str] | None:
+    """('pthread', 'haswell-AMD EPYC') for a PoCL CPU device, else None."""
+    if "Portable Computing Language" not in d.platform.name:
+        return None
+    driver, _, rest = d.name.strip().partition("-")
+    return driver, rest
+
+
+def inline_companion(device: Any) -> Any | None:
+    """The PoCL `basic` device beside a PoCL `pthread` device (same platform and processor, the same host
+    memory), which runs kernels on the enqueuing thread; None on any other device or when absent."""
+    own = _pocl_driver(device)
+    if own is None or own[0] != "pthread":
+        return None
+    for d in device.platform.get_devices():
+        other = _pocl_driver(d)
+        if other == ("basic", own[1]):
+            return d
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def context_for(device: Any) -> Any:
-    return cl().Context([device])
+    """One context per device, holding its inline companion too when it has one (they share memory, so
+    one set of buffers serves both)."""
+    companion = inline_companion(device)
+    return cl().Context([device] if companion is None else [device, companion])
 
 
 def device_info(d: Any) -> DeviceInfo:

@@ -35,10 +35,15 @@ def cache_dir() -> str:
     return base
 
 
-def build_program(context: Any, source: str, options: Sequence[str] = ()) -> Any:
-    """Build once per (source, context) in this process; pyopencl keeps binaries on disk by source hash."""
+def build_program(context: Any, source: str, options: Sequence[str] = (), devices: Sequence[Any] = ()) -> Any:
+    """Build once per (source, context, devices) in this process (all the context's devices when none are
+    named); pyopencl keeps binaries on disk by source hash."""
     cl = dev.cl()
-    key = (hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest(), id(context))
+    key = (
+        hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest(),
+        id(context),
+        tuple(d.int_ptr for d in devices),
+    )
     prg = _PROGRAMS.get(key)
     if prg is None:
         path = os.path.join(cache_dir(), "opencl")
@@ -51,7 +56,9 @@ def build_program(context: Any, source: str, options: Sequence[str] = ()) -> Any
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                prg = cl.Program(context, source).build(options=["-w", *options], cache_dir=path)
+                prg = cl.Program(context, source).build(
+                    options=["-w", *options], devices=list(devices) or None, cache_dir=path
+                )
             except cl.RuntimeError as e:
                 raise DiagnosticError(
                     Diagnostic("error", f"the OpenCL program does not build: {e}")
@@ -64,7 +71,7 @@ def build_program(context: Any, source: str, options: Sequence[str] = ()) -> Any
 class Step:
     """One kernel enqueue of one launch."""
 
-    kernel: Any
+    kernel: Any  # on the device's own queue (and on the inline queue, once `Executable.inline` built it)
     name: str
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
@@ -73,6 +80,19 @@ class Step:
     loc: tuple[str, ...]
     flops: int = 0
     bytes: int = 0
+    args: tuple[Any, ...] = ()  # the buffers bound to the kernel, to bind again on another program
+
+
+EXECUTIONS = ("auto", "pool", "inline")
+"""How an Executable runs on a device with an inline companion (device.inline_companion): `pool` on the
+device's own queue (PoCL's worker threads), `inline` on the companion's (the calling thread), `auto` on the
+pool until ADAPT_AFTER runs, then on whichever of the two ran that model faster (docs/opencl.md)."""
+ADAPT_AFTER = 8
+"""Runs before `auto` compares the two: a model run once or twice (a test, a one-shot tessel-run) never
+builds the inline program; a service or a benchmark settles on the faster one after its first runs."""
+ADAPT_MAX_SECONDS = 0.05
+"""`auto` keeps the pool, measuring nothing, when a run takes longer: dispatch is then a few percent at
+most (a launch costs the pool 5-40 us) and the inline device would give up a core."""
 
 
 @dataclass
@@ -84,15 +104,33 @@ class RunStats:
 class Executable:
     """A lowered func loaded on one device, ready to run many times."""
 
-    def __init__(self, module: Module, func: Func, device: Any = None, profile: bool = False):
+    def __init__(
+        self,
+        module: Module,
+        func: Func,
+        device: Any = None,
+        profile: bool = False,
+        execution: str | None = None,
+    ):
         cl = dev.cl()
         self.cl = cl
         self.module, self.func = module, func
         self.device = device if device is not None else dev.pick_device()
         self.context = dev.context_for(self.device)
-        props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
-        self.queue = cl.CommandQueue(self.context, properties=props)
+        self._props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
+        self.queue = cl.CommandQueue(self.context, self.device, properties=self._props)
         self.profile = profile
+        self.execution = execution or os.environ.get("TESSEL_EXECUTION") or "auto"
+        if self.execution not in EXECUTIONS:
+            raise DiagnosticError(Diagnostic(
+                "error", f"unknown execution '{self.execution}' (expected one of {', '.join(EXECUTIONS)})"))
+        self.companion = dev.inline_companion(self.device)
+        self.running_on = "pool" if self.companion is not None else "device"
+        """Where runs go now: 'device' (no companion), 'pool' or 'inline'."""
+        self.adapt_note = ""
+        """Why `running_on` is what it is, once `auto` has decided (times measured)."""
+        self._runs = 0
+        self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -103,8 +141,9 @@ class Executable:
                     "cl.program): run tessel-codegen --target=opencl first",
                 )
             )
+        self._source = source
         t0 = time.perf_counter()
-        self.program = build_program(self.context, source)
+        self.program = build_program(self.context, source, devices=[self.device])
         self.build_seconds = time.perf_counter() - t0
         # the memory plan's slots (and the inputs below) in fine-grained SVM where the device has it (PoCL
         # on a CPU): a run then writes its inputs and reads its outputs with host copies instead of
@@ -123,6 +162,11 @@ class Executable:
         self.outputs: list[Any] = []
         for index, op in enumerate(ops):
             self._load(index, op)
+        self._pool_queue = self.queue
+        self._use_pool()
+        self.running_on = "pool" if self.companion is not None else "device"
+        if self.companion is not None and self.execution == "inline":
+            self._use_inline()
 
     # loading ----------------------------------------------------------------------------------------
     def _buffer(self, nbytes: int) -> Any:
@@ -202,8 +246,9 @@ class Executable:
         kernels = op.attrs["kernels"]
         nbytes = sum(v.type.nbytes for v in op.operands) + sum(r.type.nbytes for r in op.results)
         for i, k in enumerate(kernels):
+            args = tuple(table[a] for a in k["args"])
             kobj = self.cl.Kernel(self.program, k["name"])
-            kobj.set_args(*[table[a] for a in k["args"]])
+            kobj.set_args(*args)
             last = i == len(kernels) - 1
             self.steps.append(
                 Step(
@@ -216,6 +261,7 @@ class Executable:
                     op.loc,
                     int(op.attrs.get("flops", 0)) if last else 0,
                     nbytes if last else 0,
+                    args,
                 )
             )
 
@@ -230,6 +276,60 @@ class Executable:
             return self.cl.SVM(slot.mem[offset : offset + max(size, 4)])
         return slot.get_sub_region(offset, max(size, 4))
 
+    # execution on the inline companion ---------------------------------------------------------------
+    def _use_inline(self) -> None:
+        """Run on the companion from now on: its program and kernel objects (bound to the same buffers,
+        which the two devices share) are made the first time."""
+        if self._inline is None:
+            prg = build_program(self.context, self._source, devices=[self.companion])
+            kernels = []
+            for s in self.steps:
+                k = self.cl.Kernel(prg, s.name)
+                k.set_args(*s.args)
+                kernels.append(k)
+            queue = self.cl.CommandQueue(self.context, self.companion, properties=self._props)
+            self._inline = (queue, kernels)
+        queue, kernels = self._inline
+        self.queue = queue
+        self._plan = [(kernels[i], self.steps[i].global_size, self.steps[i].local_size) for i in self._live]
+        self.running_on = "inline"
+
+    def _use_pool(self) -> None:
+        self.queue = self._pool_queue
+        self._live = [i for i, s in enumerate(self.steps) if all(s.global_size)]  # steps with work
+        self._plan = [(self.steps[i].kernel, self.steps[i].global_size, self.steps[i].local_size)
+                      for i in self._live]
+        self.running_on = "pool"
+
+    def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
+        """`auto`, after ADAPT_AFTER runs: time the pool and the inline device on these inputs, alternating
+        (median of 3 runs each, twice), and keep the inline one when it is at least 5% faster."""
+
+        def wall() -> float:
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                self.enqueue(inputs)
+                times.append(time.perf_counter() - t0)
+            return sorted(times)[1]
+
+        pool = wall()
+        if pool > ADAPT_MAX_SECONDS:
+            self.adapt_note = f"pool: a run takes {pool * 1e3:.1f} ms, dispatch cannot matter"
+            return
+        self._use_inline()
+        self.enqueue(inputs)  # the companion compiles each kernel at its first launch
+        inline = wall()
+        self._use_pool()
+        pool = min(pool, wall())
+        self._use_inline()
+        inline = min(inline, wall())
+        if inline < 0.95 * pool:
+            self.adapt_note = f"inline: {inline * 1e3:.3f} ms a run against the pool's {pool * 1e3:.3f}"
+        else:
+            self._use_pool()
+            self.adapt_note = f"pool: {pool * 1e3:.3f} ms a run against inline's {inline * 1e3:.3f}"
+
     # running ----------------------------------------------------------------------------------------
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
         cl, q = self.cl, self.queue
@@ -242,12 +342,8 @@ class Executable:
             keep.append(a)
             if a.nbytes:
                 cl.enqueue_copy(q, b, a, is_blocking=False)
-        events = []
-        for s in self.steps:
-            if all(s.global_size):
-                events.append(cl.enqueue_nd_range_kernel(q, s.kernel, s.global_size, s.local_size))
-            else:
-                events.append(None)
+        launch = cl.enqueue_nd_range_kernel
+        events = [launch(q, k, g, lsize) for k, g, lsize in self._plan]
         results = []
         shared = []
         for v in self.outputs:
@@ -267,7 +363,19 @@ class Executable:
         del keep
         return results, events
 
+    def _count(self, inputs: Sequence[np.ndarray]) -> None:
+        self._runs += 1
+        if self._runs == ADAPT_AFTER:
+            self.settle(inputs)
+
+    def settle(self, inputs: Sequence[np.ndarray]) -> None:
+        """Under `auto`, choose between the pool and the inline device now (once), on these inputs; a
+        no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before timing."""
+        if self.execution == "auto" and self.companion is not None and not self.adapt_note:
+            self._adapt(inputs)
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self._count(inputs)
         return self.enqueue(inputs)[0]
 
     def measure(
@@ -277,15 +385,17 @@ class Executable:
         results: list[np.ndarray] = []
         for _ in range(warmup):
             results = self.run(inputs)
+        if repeat >= ADAPT_AFTER:
+            self.settle(inputs)
         stats = RunStats()
         for _ in range(max(repeat, 1)):
+            self._count(inputs)
             t0 = time.perf_counter()
             results, events = self.enqueue(inputs)
             stats.seconds.append(time.perf_counter() - t0)
             if self.profile:
-                for i, e in enumerate(events):
-                    if e is not None:
-                        stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
+                for i, e in zip(self._live, events, strict=True):
+                    stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
 
 

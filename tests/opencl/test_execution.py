@@ -1,0 +1,107 @@
+"""Where a lowered model runs on PoCL's CPU device (runtime.EXECUTIONS): on the worker pool, inline on the
+calling thread (PoCL's basic device, the pool device's inline companion), or `auto`, which starts on the
+pool and settles on the faster of the two at its ADAPT_AFTER-th run. The two devices run the same kernels
+on the same buffers, so results are bit-identical whichever runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tessel.ir.diagnostics import DiagnosticError
+from tessel.ir.parser import parse_module
+from tessel.passes.manager import PassManager
+from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.lower import lower_module
+from tessel.targets.opencl.runtime import ADAPT_AFTER, Executable
+
+BLOCK = Path(__file__).resolve().parents[2] / "examples" / "block.tsl"
+
+
+def lowered():  # noqa: ANN201
+    m = parse_module(BLOCK.read_bytes(), BLOCK.name)
+    PassManager(parse_pipeline(O_LEVELS[2])).run(m)
+    lower_module(m)
+    return m
+
+
+def inputs(func, seed: int) -> list[np.ndarray]:  # noqa: ANN001
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(a.type.dims).astype(np.float32) for a in func.args]
+
+
+def needs_companion() -> None:
+    if dev.inline_companion(dev.pick_device()) is None:
+        pytest.skip("the default device has no inline companion (not PoCL's pthread device, or "
+                    "POCL_DEVICES was set without 'basic')")
+
+
+def test_auto_device_has_the_most_compute_units() -> None:
+    d = dev.pick_device()
+    assert all(int(o.max_compute_units) <= int(d.max_compute_units) for o in dev.all_devices()
+               if not o.type & dev.cl().device_type.GPU)
+
+
+def test_companion_shares_the_context() -> None:
+    needs_companion()
+    d = dev.pick_device()
+    companion = dev.inline_companion(d)
+    assert companion is not None and companion.name.startswith("basic")
+    assert {x.int_ptr for x in dev.context_for(d).devices} == {d.int_ptr, companion.int_ptr}
+    assert dev.inline_companion(companion) is None
+
+
+def test_pool_and_inline_agree_bit_for_bit() -> None:
+    needs_companion()
+    m = lowered()
+    pool = Executable(m, m.funcs[0], execution="pool")
+    inline = Executable(m, m.funcs[0], execution="inline")
+    assert (pool.running_on, inline.running_on) == ("pool", "inline")
+    for seed in range(3):
+        x = inputs(m.funcs[0], seed)
+        for a, b in zip(pool.run(x), inline.run(x), strict=True):
+            assert a.tobytes() == b.tobytes()
+
+
+def test_auto_settles_at_the_adapt_run_and_keeps_the_results() -> None:
+    needs_companion()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    x = inputs(m.funcs[0], 0)
+    first = exe.run(x)
+    for _ in range(ADAPT_AFTER - 2):
+        exe.run(x)
+    assert exe.running_on == "pool" and not exe.adapt_note  # a short-lived executable measures nothing
+    last = exe.run(x)  # the ADAPT_AFTER-th run
+    assert exe.running_on in ("pool", "inline")
+    assert exe.adapt_note.startswith(exe.running_on + ":")
+    assert " ms a run against " in exe.adapt_note
+    for a, b in zip(first, last, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_pool_never_adapts(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_companion()
+    monkeypatch.setenv("TESSEL_EXECUTION", "pool")
+    m = lowered()
+    exe = Executable(m, m.funcs[0])
+    x = inputs(m.funcs[0], 0)
+    _, stats = exe.measure(x, ADAPT_AFTER + 2)
+    assert exe.running_on == "pool" and not exe.adapt_note and len(stats.seconds) == ADAPT_AFTER + 2
+
+
+def test_measure_settles_before_timing() -> None:
+    needs_companion()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], profile=True)
+    _, stats = exe.measure(inputs(m.funcs[0], 0), ADAPT_AFTER)
+    assert exe.adapt_note
+    assert sorted(stats.kernel_ns) == [i for i, s in enumerate(exe.steps) if all(s.global_size)]
+
+
+def test_unknown_execution_is_an_error() -> None:
+    m = lowered()
+    with pytest.raises(DiagnosticError, match="unknown execution 'sideways'"):
+        Executable(m, m.funcs[0], execution="sideways")
