@@ -1,7 +1,9 @@
-"""`make bench`: tessel on OpenCL and on numpy against onnxruntime (2 threads), one table (DESIGN §8).
+"""`make bench`: tessel on OpenCL and on numpy against onnxruntime (2 threads): the light table and the zoo
+table, each with its geomean (DESIGN §8).
 
-    .venv/bin/python bench/bench.py                       # the 9 light models + microbenchmarks
-    .venv/bin/python bench/bench.py --models resnet50 --rounds 5 --repeat 20
+    .venv/bin/python bench/bench.py                       # light models, transformer, zoo, microbenchmarks
+    .venv/bin/python bench/bench.py --suite zoo           # `make bench-zoo`: the zoo alone
+    .venv/bin/python bench/bench.py --models resnet50,gpt2 --rounds 5 --repeat 20
 
 For each of the onnx package's light models (a seeded random-weight copy, batch 1) it imports, runs -O2,
 lowers for OpenCL and loads (compile time is reported separately), then times tessel-opencl and
@@ -10,6 +12,13 @@ runs in --processes fresh processes, one after the other, and the table shows, f
 best round of any process (DESIGN §9: this VM sometimes drops to one-thread speed for a while, and one
 process can run 20-30% slower than the next for its whole life, for tessel and onnxruntime alike; a
 round or process over 2x the best is flagged as an outlier). The JSON keeps every process's best.
+Beside the best, each process reports its single-process medians: every timed run of tessel and of
+onnxruntime in that process (after warm-up, and after tessel's `auto` execution has settled), the median
+of each; the table shows the process whose median ratio is the median of the processes'. The overhead
+column is that median wall time minus the median summed kernel time (profiling events, on the same
+execution), i.e. what launches, wake-ups and copies cost a run.
+The zoo (bench/zoo/, built by `bench/zoo/build.py` with the `bench` extra; models a user would bring:
+torchvision and transformers definitions, seeded random weights) is its own table and geomean.
 tessel-numpy is timed with fewer runs, in the first process only. Outputs are checked against onnxruntime
 (rtol 1e-3, atol 1e-4). The BERT-style encoder of tests/models/transformer.py (`--models transformer`) runs
 the same way (-O2 recognizes its attention, LayerNorm and GELU); its ratio is printed apart from the light
@@ -53,15 +62,39 @@ TRANSFORMER = "transformer"
 """The BERT-style encoder of tests/models/transformer.py (2 layers, hidden 128, 4 heads, seq 64, ffn 512):
 benchmarked after the light models, its ratio reported apart from their geomean."""
 RESULTS = Path(__file__).resolve().parent / "results"
+ZOO = Path(__file__).resolve().parent / "zoo"
+SUITES = ("light", "zoo")
 
 
-def timed_median(fn, repeat: int) -> float:  # noqa: ANN001
+def zoo_module():  # noqa: ANN201
+    """bench/zoo/zoo.py (numpy only; bench/ is not a package)."""
+    if str(ZOO) not in sys.path:
+        sys.path.insert(0, str(ZOO))
+    import zoo
+
+    return zoo
+
+
+def suite_models(suite: str) -> list[str]:
+    if suite == "light":
+        return [*MODELS, TRANSFORMER]
+    return [s.name for s in zoo_module().SPECS]
+
+
+def suite_of(name: str) -> str:
+    return "light" if name in (*MODELS, TRANSFORMER) else "zoo"
+
+
+def timed_median(fn, repeat: int, sink: list[float] | None = None) -> float:  # noqa: ANN001
+    """Median ms of `repeat` runs after one warm-up; every run's ms also goes to `sink`."""
     fn()  # warm-up
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+    if sink is not None:
+        sink.extend(t * 1000 for t in times)
     return statistics.median(times) * 1000
 
 
@@ -89,6 +122,9 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     pipeline = O_LEVELS[args.level]
     if name == TRANSFORMER:
         model, feeds = transformer_model()
+    elif suite_of(name) == "zoo":
+        path, feeds = zoo_module().load(name)
+        model = onnx.load(str(path))
     else:
         model = randomize_weights(onnx.load(str(LIGHT / f"light_{FILES.get(name, name)}.onnx")), seed=0)
         inits = {i.name for i in model.graph.initializer}
@@ -121,13 +157,25 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     got = exe.run(arrays)
     compile_ms = (time.perf_counter() - t0) * 1000
     correct = all(np.allclose(g, w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want, strict=True))
-    max_err = max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
+    max_err = max(float(np.abs(g.astype(np.float64) - w).max(initial=0.0))
+                  for g, w in zip(got, want, strict=True))
+    exe.settle(arrays)  # `auto` execution chooses the pool or the inline device before anything is timed
     cl_rounds, ort_rounds = [], []
+    cl_runs: list[float] = []
+    ort_runs: list[float] = []
     for _ in range(args.rounds):
         time.sleep(0.3)  # let the other runtime's worker threads stop spinning before timing
-        cl_rounds.append(timed_median(lambda: exe.run(arrays), args.repeat))
+        cl_rounds.append(timed_median(lambda: exe.run(arrays), args.repeat, cl_runs))
         time.sleep(0.3)
-        ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat))
+        ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
+    # the kernels' own time, on the same execution, for the overhead column
+    mode = exe.running_on if exe.running_on != "device" else "pool"
+    prof = Executable(module, func, device, profile=True, execution=mode)
+    _, pstats = prof.measure(arrays, args.repeat)
+    kernel_ms = statistics.median(
+        sum(ts[r] for ts in pstats.kernel_ns.values()) for r in range(len(pstats.seconds))) / 1e6
+    del prof
+    median_cl, median_ort = statistics.median(cl_runs), statistics.median(ort_runs)
     numpy_ms = None
     if not args.no_numpy:  # last: OpenBLAS threads spin after numpy's GEMMs and would slow the others
         numpy_ms = timed_median(lambda: run_func(module, func, arrays), args.numpy_repeat)
@@ -139,6 +187,13 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         "tessel_numpy_ms": numpy_ms and round(numpy_ms, 3),
         "onnxruntime_ms": round(ort_ms, 3),
         "ratio": round(cl_ms / ort_ms, 3),
+        "median_opencl_ms": round(median_cl, 4),
+        "median_ort_ms": round(median_ort, 4),
+        "median_ratio": round(median_cl / median_ort, 3),
+        "kernel_ms": round(kernel_ms, 4),
+        "overhead_ms": round(median_cl - kernel_ms, 4),
+        "execution": exe.running_on,
+        "execution_note": exe.adapt_note,
         "kernels": sum(1 for s in exe.steps if all(s.global_size)),
         "peak_bytes": exe.peak_bytes,
         "weight_bytes": exe.weight_bytes,
@@ -207,7 +262,7 @@ def bench_in_processes(name: str, args: argparse.Namespace) -> dict:
         cmd = [sys.executable, __file__, "--child", name, "-O", str(args.level), "--repeat",
                str(args.repeat), "--rounds", str(args.rounds), "--numpy-repeat", str(args.numpy_repeat),
                "--device", args.device]
-        if args.no_numpy or p:
+        if args.no_numpy or p or suite_of(name) == "zoo":  # the zoo: tessel and ort only
             cmd.append("--no-numpy")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
@@ -230,6 +285,12 @@ def merge_rows(rows: list[dict]) -> dict:
     out["correct"] = all(r["correct"] for r in rows)
     out["max_abs_err"] = max(r["max_abs_err"] for r in rows)
     out["processes_opencl_ms"], out["processes_ort_ms"] = cl, ort
+    if all("median_ratio" in r for r in rows):  # the process of the median single-process ratio
+        mid = sorted(rows, key=lambda r: r["median_ratio"])[(len(rows) - 1) // 2]
+        for key in ("median_opencl_ms", "median_ort_ms", "median_ratio", "kernel_ms", "overhead_ms",
+                    "execution", "execution_note"):
+            out[key] = mid[key]
+        out["processes_median_ratio"] = [r["median_ratio"] for r in rows]
     out["rounds_opencl_ms"] = [t for r in rows for t in r["rounds_opencl_ms"]]
     out["rounds_ort_ms"] = [t for r in rows for t in r["rounds_ort_ms"]]
     out["outlier_rounds"] = sum(t > 2 * min(cl) for t in out["rounds_opencl_ms"]) + sum(
@@ -237,72 +298,97 @@ def merge_rows(rows: list[dict]) -> dict:
     return out
 
 
-def render(rows: list[dict], mic: dict | None, processes: int = 1) -> str:
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def render_table(title: str, rows: list[dict]) -> str:
     import io
 
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"tessel vs onnxruntime (2 threads), batch 1, best round of medians over {processes} processes",
-    )
+    table = Table(box=box.SIMPLE_HEAD, title=title)
     for col in (
         "model",
-        "tessel-opencl ms",
-        "tessel-numpy ms",
-        "onnxruntime ms",
+        "tessel ms",
+        "ort ms",
         "ratio",
+        "best ratio",
+        "overhead",
         "kernels",
+        "execution",
+        "tessel-numpy ms",
         "peak memory",
         "compile s",
         "correct",
     ):
-        table.add_column(col, justify="left" if col == "model" else "right")
+        table.add_column(col, justify="left" if col in ("model", "execution") else "right")
     for r in rows:
         if "error" in r:
-            table.add_row(r["model"], "error", "", "", "", "", "", "", r["error"][:60])
+            table.add_row(r["model"], "error", "", "", "", "", "", "", "", "", "", r["error"][:60])
             continue
         flag = " *" if r["outlier_rounds"] else ""
+        share = r["overhead_ms"] / r["median_opencl_ms"] if r["median_opencl_ms"] else 0.0
         table.add_row(
             r["model"],
-            f"{r['tessel_opencl_ms']:.2f}{flag}",
-            "-" if r["tessel_numpy_ms"] is None else f"{r['tessel_numpy_ms']:.1f}",
-            f"{r['onnxruntime_ms']:.2f}",
-            f"{r['ratio']:.2f}x",
+            f"{r['median_opencl_ms']:.3f}",
+            f"{r['median_ort_ms']:.3f}",
+            f"{r['median_ratio']:.2f}x",
+            f"{r['ratio']:.2f}x{flag}",
+            f"{r['overhead_ms']:.3f} ({100 * share:.0f}%)",
             str(r["kernels"]),
+            r["execution"],
+            "-" if r["tessel_numpy_ms"] is None else f"{r['tessel_numpy_ms']:.1f}",
             f"{r['peak_bytes'] / 2**20:.1f} MiB",
             f"{r['compile_load_ms'] / 1000:.1f}",
             "yes" if r["correct"] else f"NO ({r['max_abs_err']:.1e})",
         )
     buf = io.StringIO()
-    Console(file=buf, width=150, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
+    Console(file=buf, width=170, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
     ok = [r for r in rows if "ratio" in r and r["model"] != TRANSFORMER]
     if ok:
-        geo = math.exp(sum(math.log(r["ratio"]) for r in ok) / len(ok))
-        worst = max(ok, key=lambda r: r["ratio"])
+        worst = max(ok, key=lambda r: r["median_ratio"])
         buf.write(
-            f"geomean ratio tessel-opencl / onnxruntime: {geo:.2f}x over {len(ok)} models "
-            f"(worst {worst['model']} {worst['ratio']:.2f}x)\n"
+            f"geomean tessel-opencl / onnxruntime over {len(ok)} models: "
+            f"{geomean([r['median_ratio'] for r in ok]):.2f}x by single-process medians "
+            f"(worst {worst['model']} {worst['median_ratio']:.2f}x), "
+            f"{geomean([r['ratio'] for r in ok]):.2f}x by each runtime's best round\n"
         )
     tf = next((r for r in rows if r["model"] == TRANSFORMER and "ratio" in r), None)
     if tf:
-        buf.write(f"transformer encoder (not in the geomean): {tf['ratio']:.2f}x onnxruntime\n")
+        buf.write(f"transformer encoder (not in the geomean): {tf['median_ratio']:.2f}x onnxruntime "
+                  f"(best rounds {tf['ratio']:.2f}x)\n")
+    return buf.getvalue()
+
+
+def render(rows: list[dict], mic: dict | None, processes: int = 1) -> str:
+    out = []
+    head = (f"single-process medians (ort in the same process, 2 threads); best ratio: each runtime's best "
+            f"round over {processes} processes")
+    for suite in SUITES:
+        part = [r for r in rows if suite_of(r["model"]) == suite]
+        if part:
+            out.append(render_table(f"{suite} models: {head}", part))
     if any(r.get("outlier_rounds") for r in rows if "ratio" in r):
-        buf.write("* some rounds took over 2x the best round (the machine slowed down): see the JSON\n")
+        out.append("* some rounds took over 2x the best round (the machine slowed down): see the JSON\n")
     if mic:
-        buf.write(
+        out.append(
             f"SGEMM 1024^3: {mic['sgemm_1024_gflops']:.1f} GFLOP/s ({mic['sgemm_1024_ms']:.2f} ms); "
             f"64 MiB f32 add: {mic['add_64mib_gbps']:.1f} GB/s ({mic['add_64mib_ms']:.2f} ms)\n"
         )
-    return buf.getvalue()
+    return "".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=",".join((*MODELS, TRANSFORMER)),
-                    help=f"comma-separated light model names, and '{TRANSFORMER}' for the encoder")
+    ap.add_argument("--suite", default="light,zoo",
+                    help="comma-separated suites: light (the onnx package's light models and the "
+                    "transformer encoder), zoo (bench/zoo)")
+    ap.add_argument("--models", default=None,
+                    help=f"comma-separated model names instead of the suites: light models, '{TRANSFORMER}' "
+                    "for the encoder, zoo models")
     ap.add_argument("-O", dest="level", type=int, default=2, choices=range(4),
                     help="the optimization level the models are compiled at (default 2)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per round (median)")
@@ -325,8 +411,24 @@ def main() -> int:
             row = {"model": args.child, "error": f"{type(e).__name__}: {e}"}
         sys.stdout.write(json.dumps(row) + "\n")
         return 0
+    suites = [x for x in args.suite.split(",") if x]
+    if any(x not in SUITES for x in suites):
+        ap.error(f"--suite takes {', '.join(SUITES)}")
+    names = args.models.split(",") if args.models else [n for x in suites for n in suite_models(x)]
+    missing = [n for n in names if suite_of(n) == "zoo" and n not in suite_models("zoo")]
+    if missing:
+        ap.error(f"unknown models: {', '.join(missing)}")
+    zoo_names = [n for n in names if suite_of(n) == "zoo"]
+    if zoo_names:
+        absent = [n for n in zoo_names if not (zoo_module().ZOO_DIR / f"{n}.onnx").exists()]
+        if absent:
+            sys.stderr.write("bench: building the zoo (bench/zoo/build.py) ...\n")
+            built = subprocess.run([sys.executable, str(ZOO / "build.py"), "--only", ",".join(absent)])
+            if built.returncode:
+                sys.stderr.write("bench: the zoo did not build (it needs the bench extra: "
+                                 "pip install -e '.[bench]'); its rows are errors\n")
     rows = []
-    for name in args.models.split(","):
+    for name in names:
         sys.stderr.write(f"bench: {name} ({args.processes} processes) ...\n")
         rows.append(bench_in_processes(name, args))
     mic = None if args.no_micro else micro(args)

@@ -46,3 +46,33 @@ def test_merge_flags_processes_over_twice_the_best(bench) -> None:
 def test_processes_must_be_positive() -> None:
     r = subprocess.run([sys.executable, str(BENCH), "--processes", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--processes must be at least 1" in r.stderr
+
+
+def medians(r: dict, cl: float, ort: float, over: float = 0.1, execution: str = "pool") -> dict:
+    r.update(median_opencl_ms=cl, median_ort_ms=ort, median_ratio=cl / ort, kernel_ms=cl - over,
+             overhead_ms=over, execution=execution, execution_note="", peak_bytes=0, tessel_numpy_ms=None)
+    return r
+
+
+def test_merge_reports_the_process_of_the_median_single_process_ratio(bench) -> None:
+    """The single-process columns come from one process (the median of their ratios), not mixed."""
+    rows = [medians(row(10.0, 10.0), 12.0, 10.0, 0.5), medians(row(9.0, 9.0), 9.0, 10.0, 0.2, "inline"),
+            medians(row(11.0, 8.0), 20.0, 10.0)]
+    out = bench.merge_rows(rows)
+    assert out["median_ratio"] == 1.2 and out["overhead_ms"] == 0.5 and out["execution"] == "pool"
+    assert out["processes_median_ratio"] == [1.2, 0.9, 2.0]
+
+
+def test_render_has_a_table_and_geomean_per_suite(bench) -> None:
+    light = medians(row(2.0, 1.0), 2.0, 1.0) | {"model": "resnet50"}
+    zoo = [medians(row(1.0, 1.0), 1.0, 2.0) | {"model": m} for m in ("mlp", "gpt2")]
+    text = bench.render([light, *zoo], None)
+    assert "light models:" in text and "zoo models:" in text
+    assert "over 1 models: 2.00x by single-process medians" in text
+    assert "over 2 models: 0.50x by single-process medians" in text
+
+
+def test_unknown_suite_and_model_are_usage_errors() -> None:
+    for flag in (["--suite", "nope"], ["--models", "no_such_model"]):
+        r = subprocess.run([sys.executable, str(BENCH), *flag], capture_output=True, text=True)
+        assert r.returncode == 2, r.stderr
