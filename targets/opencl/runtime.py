@@ -162,6 +162,7 @@ class Executable:
         self.outputs: list[Any] = []
         for index, op in enumerate(ops):
             self._load(index, op)
+        self._host_views()
         self._pool_queue = self.queue
         self._use_pool()
         self.running_on = "pool" if self.companion is not None else "device"
@@ -331,35 +332,53 @@ class Executable:
             self.adapt_note = f"pool: {pool * 1e3:.3f} ms a run against inline's {inline * 1e3:.3f}"
 
     # running ----------------------------------------------------------------------------------------
+    def _host_views(self) -> None:
+        """Typed host views of the SVM inputs and results, made once, so a run copies each with one numpy
+        call (the views are the device's memory: fine-grained SVM is coherent once the queue finished)."""
+        self._in_views = [
+            b.mem[: v.type.nbytes].view(v.type.np_dtype).reshape(v.type.dims)
+            if isinstance(b, self.cl.SVM) else None
+            for v, b in zip(self.func.args, self.args, strict=True)
+        ]
+        self._out_plan: list[tuple[str, Any]] = []
+        for v in self.outputs:
+            if id(v) in self.host:
+                self._out_plan.append(("host", self.host[id(v)]))
+                continue
+            b = self.buf[id(v)]
+            if isinstance(b, self.cl.SVM):
+                view = b.mem[: v.type.nbytes].view(v.type.np_dtype).reshape(v.type.dims)
+                self._out_plan.append(("svm", view))
+            else:
+                self._out_plan.append(("buffer", (b, v.type.dims, v.type.np_dtype)))
+
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
         cl, q = self.cl, self.queue
         keep = []
-        for a, b in zip(inputs, self.args, strict=True):
-            a = np.ascontiguousarray(a)
-            if isinstance(b, cl.SVM):  # the previous run has finished (q.finish below): nothing reads it
-                b.mem[: a.nbytes] = a.reshape(-1).view(np.uint8)
+        for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
+            if view is not None:  # the previous run has finished (q.finish below): nothing reads it
+                np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
                 continue
+            a = np.ascontiguousarray(a)
             keep.append(a)
             if a.nbytes:
                 cl.enqueue_copy(q, b, a, is_blocking=False)
         launch = cl.enqueue_nd_range_kernel
         events = [launch(q, k, g, lsize) for k, g, lsize in self._plan]
-        results = []
-        shared = []
-        for v in self.outputs:
-            if id(v) in self.host:
-                results.append(np.array(self.host[id(v)]))
-                continue
-            out = np.empty(v.type.dims, v.type.np_dtype)
-            b = self.buf[id(v)]
-            if isinstance(b, cl.SVM):  # read on the host once the queue has finished
-                shared.append((out, b.mem))
-            elif out.nbytes:
-                cl.enqueue_copy(q, out, b, is_blocking=False)
-            results.append(out)
+        results: list[Any] = []
+        for kind, what in self._out_plan:
+            if kind == "buffer":
+                b, dims, dtype = what
+                out = np.empty(dims, dtype)
+                if out.nbytes:
+                    cl.enqueue_copy(q, out, b, is_blocking=False)
+                results.append(out)
+            else:
+                results.append(what)
         q.finish()
-        for out, mem in shared:
-            out.reshape(-1).view(np.uint8)[:] = mem[: out.nbytes]
+        for i, (kind, what) in enumerate(self._out_plan):
+            if kind != "buffer":  # a load-time result or an SVM slot: copied once the queue finished
+                results[i] = np.array(what)
         del keep
         return results, events
 
