@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-resources conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-resources conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -50,10 +50,20 @@ JOBS   ?= 2
 conformance: setup
 	$(BIN)/python tests/conformance/conformance.py --update --target=$(TARGET) --jobs=$(JOBS) $(if $(K),-k '$(K)')
 
-# tessel-opencl, tessel-numpy and onnxruntime on the 9 light models, plus SGEMM and elementwise
-# microbenchmarks (DESIGN §8); JSON in bench/results/. bench-resources: the weights reader/printer.
-bench: setup
+# tessel-opencl, tessel-numpy and onnxruntime on the 9 light models and the transformer encoder (the light
+# table), then the model zoo (bench/zoo: torchvision and transformers models, built with the bench extra),
+# plus SGEMM and elementwise microbenchmarks (DESIGN §8); JSON in bench/results/. bench-zoo: the zoo alone.
+# bench-resources: the weights reader/printer.
+BENCH_STAMP := $(VENV)/.stamp-bench
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/bench.py
+
+bench-zoo: setup $(BENCH_STAMP)
+	$(BIN)/python bench/bench.py --suite zoo
 
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py

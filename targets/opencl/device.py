@@ -119,12 +119,15 @@ def context_for(device: Any) -> Any:
 def device_info(d: Any) -> DeviceInfo:
     pcl = cl()
     ext = d.extensions
+    cpu = bool(d.type & pcl.device_type.CPU)
+    width = max(4, int(d.preferred_vector_width_float) or 4) if cpu else 4
     return DeviceInfo(
         name=d.name.strip(),
         compute_units=int(d.max_compute_units),
         max_work_group_size=int(d.max_work_group_size),
         local_mem_size=int(d.local_mem_size),
-        vector_width=max(4, int(d.preferred_vector_width_float) or 4) if d.type & pcl.device_type.CPU else 4,
+        vector_width=width,
+        vector_registers=32 if width >= 16 or not cpu else 16,  # AVX-512 has 32; AVX/AVX2, SSE 16
         fp64="cl_khr_fp64" in ext,
         fp16="cl_khr_fp16" in ext,
         is_cpu=bool(d.type & pcl.device_type.CPU),

@@ -68,15 +68,18 @@ def pick_block(cg: int) -> int:
 
 
 def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False, nc: int = 1,
-              window: tuple[int, int, int, int] = (1, 1, 1, 1)) -> tuple[int, int]:
+              window: tuple[int, int, int, int] = (1, 1, 1, 1), cap: int = 30) -> tuple[int, int]:
     """(TH, TW) output pixels per work-item. One column (`nc` == 1): ~14-24 pixels, padding the output
     least. Several columns: 6..9 pixels (6..14 on images of at most 14x14 pixels), minimizing the padded
     pixels times (1 + 2 / pixels), the loads per FMA beside the broadcasts, then the input pixels the
     tile reads through `window` (KH, KW, SH, SW). `exact`: only tiles dividing the output, of at least
-    7 pixels (6..14 for several columns); (0, 0) when there are none."""
+    7 pixels (6..14 for several columns); (0, 0) when there are none. `cap`: the accumulators (pixels x
+    columns) the device holds in registers (pixel_cap), which bounds all of these."""
     lo = 7 if nc == 1 else 6 if nc == 2 else 2  # whole-group columns (3..6) leave room for few pixels
     if nc > 1:
         hi = min(28 // nc, 14 if exact or ho * wo <= 196 else 9)
+    hi = min(hi, cap // nc)
+    lo = min(lo, hi)  # a device with few registers (pixel_cap) takes the tiles it can hold
     kh, kw, sh, sw = window
     best: tuple[float, ...] | None = None
     for tw in range(1, min(wo, hi) + 1):
@@ -117,12 +120,20 @@ def dense_columns(o: int) -> tuple[int, int]:
     return (16, 3) if math.ceil(o / 48) * 48 < math.ceil(o / 32) * 32 else (16, 2)
 
 
-def pick_vcols(geo: Geometry) -> int:
+def pixel_cap(ctx: Ctx) -> int:
+    """The float16 accumulators (pixels x columns) a tile may hold: DeviceInfo.accumulators, 30 with
+    AVX-512 (where the tile sizes below were tuned) and 6 with AVX2."""
+    return ctx.device.accumulators(16)
+
+
+def pick_vcols(geo: Geometry, cap: int = 30) -> int:
     """Columns of output channels a work-item: for dense convs of more than 16 channels dense_columns'
     (each broadcast input value feeds two or three FMAs: 0.6 loads an FMA instead of 1.1; 380-450 GFLOP/s
     against 200-370 on the light models' convs); for a grouped conv of 2..6 columns a group, all of them
     (the work-item computes its whole group: shufflenet's 68-channel groups, 5 columns, went from one load
     per FMA to 0.4), else one."""
+    if cap < 12:  # too few registers for several columns of several pixels
+        return 1
     if geo.g == 1:
         return dense_columns(geo.o)[1] if geo.o > 16 else 1
     if geo.cg == 1 and geo.og == 1:  # depthwise
@@ -587,9 +598,11 @@ def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> 
     """The schedule's tile, else pick_tile's (for `nc` columns a work-item); `exact`: prefer a tile
     dividing the output (no over-read, so a blocked input can be read in place) when one exists."""
     window = (geo.kh, geo.kw, geo.sh, geo.sw)
-    th, tw = pick_tile(geo.ho, geo.wo, 24 // nc, nc=nc, window=window)
+    depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    cap = 30 if depthwise else pixel_cap(ctx)  # its KH*KW weight vectors fill the registers anyway
+    th, tw = pick_tile(geo.ho, geo.wo, 24 // nc, nc=nc, window=window, cap=cap)
     if exact and (geo.ho % th or geo.wo % tw):
-        eh, ew = pick_tile(geo.ho, geo.wo, 24 // nc, exact=True, nc=nc, window=window)
+        eh, ew = pick_tile(geo.ho, geo.wo, 24 // nc, exact=True, nc=nc, window=window, cap=cap)
         th, tw = (eh, ew) if eh else (th, tw)
     th, tw = int(ctx.schedule.get("tile_h", th)), int(ctx.schedule.get("tile_w", tw))
     if th < 1 or tw < 1 or th * tw > 32:
@@ -614,7 +627,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     geo = Geometry(ctx)
     geo.in_block, geo.out_block = in_block, out_block
     has_bias = len(ctx.operands) > 2
-    nc = int(ctx.schedule.get("vcols", pick_vcols(geo)))
+    nc = int(ctx.schedule.get("vcols", pick_vcols(geo, pixel_cap(ctx))))
     asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))
     if "vcols" not in ctx.schedule and asked * nc > 32:
         nc = 1  # a tile too large for two columns of accumulators

@@ -298,11 +298,14 @@ def aligned_strides(batch: Sequence[int], own: Sequence[int], unit: int) -> tupl
 
 
 def tile_params(ctx: Ctx, m: int, n: int, split: Sequence[int] = ()) -> tuple[int, int]:
-    rows = int(ctx.schedule.get("rows", pick_rows(m)))
     width = max(1, min(16, ctx.device.vector_width))
+    if ctx.device.vector_registers < 32:  # few registers: a column of two (AVX2's 6x16 micro-kernel)
+        width = min(16, 2 * width)
     if split:  # every piece whole vectors
         width = min(width, math.gcd(*split) & -math.gcd(*split) or 1)
     cols = int(ctx.schedule.get("cols", pick_cols(n, width)))
+    hi = min(24, ctx.device.accumulators(cols))
+    rows = int(ctx.schedule.get("rows", pick_rows(m, min(14, hi), hi, min(16, hi))))
     if not 1 <= rows <= 32:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} is outside 1..32")
     if cols not in (1, 2, 4, 8, 16):

@@ -64,11 +64,13 @@ def run_op(
     *,
     schedule: dict[str, Any] | None = None,
     repeat: int = 0,
+    info: Any = None,
 ) -> tuple[list[np.ndarray], float]:
-    """Results and (when repeat > 0) the median seconds of `repeat` timed runs of all the op's kernels."""
+    """Results and (when repeat > 0) the median seconds of `repeat` timed runs of all the op's kernels;
+    `info`: the DeviceInfo to lower for (default: the device it runs on)."""
     cl = dev.cl()
     device = dev.pick_device()
-    info = dev.device_info(device)
+    info = info or dev.device_info(device)
     context = dev.context_for(device)
     queue = cl.CommandQueue(context)
     types = [TensorType.of(np.asarray(a)) for a in inputs]
@@ -129,8 +131,10 @@ def check_op(
     rtol: float = 1e-5,
     atol: float = 1e-6,
     schedule: dict[str, Any] | None = None,
+    info: Any = None,
 ) -> None:
-    """Assert the OpenCL template matches the registry reference on `inputs`."""
+    """Assert the OpenCL template (lowered for `info`, default the device) matches the registry reference
+    on `inputs`."""
     opdef = get_op(op_name)
     assert opdef is not None
     types = [TensorType.of(np.asarray(a)) for a in inputs]
@@ -138,7 +142,7 @@ def check_op(
     sig.results = opdef.infer(sig)
     want = opdef.reference(sig, *inputs)
     want = list(want) if isinstance(want, list | tuple) else [want]
-    got, _ = run_op(op_name, inputs, attrs, schedule=schedule)
+    got, _ = run_op(op_name, inputs, attrs, schedule=schedule, info=info)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         w = np.asarray(w)
         assert g.shape == w.shape, f"result {i}: shape {g.shape}, expected {w.shape}"
