@@ -348,3 +348,16 @@ def test_avx2_dense_conv_tiles_fit_the_registers(case) -> None:  # noqa: ANN001
     assert low.schedule.get("vcols", 1) == 1
     assert low.schedule["tile_h"] * low.schedule["tile_w"] <= 6
     check_op("conv2d", *case, info=AVX2, **TOL)
+
+
+@pytest.mark.parametrize("case", [conv_case(1, 32, 32, 20, 3, p=1, g=32),
+                                  conv_case(1, 16, 16, 15, 7, p=3, g=16)])
+def test_avx2_depthwise_tiles(case) -> None:  # noqa: ANN001
+    """Depthwise convs on AVX2 take tiles of at most 8 pixels (conv.DEPTHWISE_FEW_REGISTERS); AVX-512
+    keeps 14..24."""
+    types = [TensorType.of(a) for a in case[0]]
+    low = lower_op("conv2d", types, case[1], info=AVX2)[1]
+    assert low.schedule["tile_h"] * low.schedule["tile_w"] <= 8
+    wide = lower_op("conv2d", types, case[1])[1]
+    assert wide.schedule["tile_h"] * wide.schedule["tile_w"] > 8
+    check_op("conv2d", *case, info=AVX2, **TOL)

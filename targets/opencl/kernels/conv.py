@@ -120,6 +120,12 @@ def dense_columns(o: int) -> tuple[int, int]:
     return (16, 3) if math.ceil(o / 48) * 48 < math.ceil(o / 32) * 32 else (16, 2)
 
 
+DEPTHWISE_FEW_REGISTERS = 8
+"""Pixels of a depthwise tile on a device of few registers (AVX2), where its float16 weights spill either
+way: on an AVX2 Zen 3, 3x3 144ch 56^2 took 0.39 ms at 1x8 against 0.78 at the AVX-512 choice, 7x7 64ch
+32^2 0.22 against 0.29 (bench/micro_gemm_conv.py, a schedule sweep)."""
+
+
 def pixel_cap(ctx: Ctx) -> int:
     """The float16 accumulators (pixels x columns) a tile may hold: DeviceInfo.accumulators, 30 with
     AVX-512 (where the tile sizes below were tuned) and 6 with AVX2."""
@@ -599,7 +605,9 @@ def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> 
     dividing the output (no over-read, so a blocked input can be read in place) when one exists."""
     window = (geo.kh, geo.kw, geo.sh, geo.sw)
     depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
-    cap = 30 if depthwise else pixel_cap(ctx)  # its KH*KW weight vectors fill the registers anyway
+    cap = pixel_cap(ctx)
+    if depthwise:  # its KH*KW weight vectors fill the registers anyway: a tile of its own size
+        cap = 30 if cap >= 12 else DEPTHWISE_FEW_REGISTERS
     th, tw = pick_tile(geo.ho, geo.wo, 24 // nc, nc=nc, window=window, cap=cap)
     if exact and (geo.ho % th or geo.wo % tw):
         eh, ew = pick_tile(geo.ho, geo.wo, 24 // nc, exact=True, nc=nc, window=window, cap=cap)
