@@ -169,8 +169,8 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         time.sleep(0.3)
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
     # the kernels' own time, on the same execution, for the overhead column
-    mode = exe.running_on if exe.running_on != "device" else "pool"
-    prof = Executable(module, func, device, profile=True, execution=mode)
+    prof = Executable(module, func, device, profile=True, execution="pool")
+    prof.place(exe.placement)
     _, pstats = prof.measure(arrays, args.repeat)
     kernel_ms = statistics.median(
         sum(ts[r] for ts in pstats.kernel_ns.values()) for r in range(len(pstats.seconds))) / 1e6

@@ -86,7 +86,8 @@ class Step:
 EXECUTIONS = ("auto", "pool", "inline")
 """How an Executable runs on a device with an inline companion (device.inline_companion): `pool` on the
 device's own queue (PoCL's worker threads), `inline` on the companion's (the calling thread), `auto` on the
-pool until ADAPT_AFTER runs, then on whichever of the two ran that model faster (docs/opencl.md)."""
+pool until ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, or a hybrid plan
+of both (hybrid_plan; docs/opencl.md "Execution")."""
 ADAPT_AFTER = 8
 """Runs before `auto` compares the two: a model run once or twice (a test, a one-shot tessel-run) never
 builds the inline program; a service or a benchmark settles on the faster one after its first runs."""
@@ -131,6 +132,7 @@ class Executable:
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
+        self._hybrid: list[str] = []
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -164,8 +166,8 @@ class Executable:
             self._load(index, op)
         self._host_views()
         self._pool_queue = self.queue
+        self._live = [i for i, s in enumerate(self.steps) if all(s.global_size)]  # the steps with work
         self._use_pool()
-        self.running_on = "pool" if self.companion is not None else "device"
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
 
@@ -277,10 +279,11 @@ class Executable:
             return self.cl.SVM(slot.mem[offset : offset + max(size, 4)])
         return slot.get_sub_region(offset, max(size, 4))
 
-    # execution on the inline companion ---------------------------------------------------------------
-    def _use_inline(self) -> None:
-        """Run on the companion from now on: its program and kernel objects (bound to the same buffers,
-        which the two devices share) are made the first time."""
+    # execution: on the pool, on the inline companion, or on both in segments --------------------------
+    def _inline_kernels(self) -> tuple[Any, list[Any]]:
+        """The companion's queue and kernel objects (bound to the same buffers, which the two devices
+        share), made the first time."""
+        assert self.companion is not None
         if self._inline is None:
             prg = build_program(self.context, self._source, devices=[self.companion])
             kernels = []
@@ -290,21 +293,63 @@ class Executable:
                 kernels.append(k)
             queue = self.cl.CommandQueue(self.context, self.companion, properties=self._props)
             self._inline = (queue, kernels)
-        queue, kernels = self._inline
-        self.queue = queue
-        self._plan = [(kernels[i], self.steps[i].global_size, self.steps[i].local_size) for i in self._live]
-        self.running_on = "inline"
+        return self._inline
+
+    def _set_plan(self, where: Sequence[str]) -> None:
+        """Run the j-th step with work on where[j] ('pool' or 'inline'); consecutive steps of one side are
+        a segment, and a run finishes each segment's queue before the next segment's device reads it."""
+        segments: list[tuple[Any, list[tuple[Any, Any, Any]]]] = []
+        for side, i in zip(where, self._live, strict=True):
+            s = self.steps[i]
+            if side == "inline":
+                queue, kernels = self._inline_kernels()
+                q, k = queue, kernels[i]
+            else:
+                q, k = self._pool_queue, s.kernel
+            if not segments or segments[-1][0] is not q:
+                segments.append((q, []))
+            segments[-1][1].append((k, s.global_size, s.local_size))
+        self._segments = segments or [(self._pool_queue, [])]
+        self.queue = self._segments[-1][0]
+        self.placement = list(where)
+        """The side of each step with work, as the last _set_plan / place gave it."""
+        sides = set(where)
+        self.running_on = ("hybrid" if len(sides) > 1 else "inline" if sides == {"inline"}
+                           else "pool" if self.companion is not None else "device")
+
+    def place(self, where: Sequence[str]) -> None:
+        """Run each step with work where `where` says ('pool' or 'inline', as another Executable's
+        `placement` of the same func): a profiling copy then runs as the one it profiles."""
+        if len(where) != len(self._live) or not set(where) <= {"pool", "inline"}:
+            raise ValueError(f"a placement of {len(self._live)} 'pool' or 'inline' steps, got {where!r}")
+        if "inline" in where and self.companion is None:
+            raise ValueError("this device has no inline companion to place steps on")
+        self._set_plan(where)
+
+    def _use_inline(self) -> None:
+        self._set_plan(["inline"] * len(self._live))
 
     def _use_pool(self) -> None:
-        self.queue = self._pool_queue
-        self._live = [i for i, s in enumerate(self.steps) if all(s.global_size)]  # steps with work
-        self._plan = [(self.steps[i].kernel, self.steps[i].global_size, self.steps[i].local_size)
-                      for i in self._live]
-        self.running_on = "pool"
+        self._set_plan(["pool"] * len(self._live))
+
+    def _step_us(self, device: Any, kernels: Sequence[Any], repeat: int = 3) -> list[float]:
+        """Median µs of each step with work, run alone on `device` (a profiling queue of its own, over the
+        buffers as the last run left them)."""
+        cl = self.cl
+        q = cl.CommandQueue(self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        runs = []
+        for _ in range(repeat):
+            events = [cl.enqueue_nd_range_kernel(q, kernels[i], self.steps[i].global_size,
+                                                 self.steps[i].local_size) for i in self._live]
+            q.finish()
+            runs.append([(e.profile.end - e.profile.start) / 1e3 for e in events])
+        return [sorted(r[j] for r in runs)[repeat // 2] for j in range(len(self._live))]
 
     def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
-        """`auto`, after ADAPT_AFTER runs: time the pool and the inline device on these inputs, alternating
-        (median of 3 runs each, twice), and keep the inline one when it is at least 5% faster."""
+        """`auto`, after ADAPT_AFTER runs: time the pool and the inline device on these inputs (median of
+        3 runs each, twice, alternating); from each step's time on each (profiling events) and the
+        overheads those walls imply, `hybrid_plan` places each step, and a plan using both is timed too.
+        The fastest is kept when it beats the pool by 5%."""
 
         def wall() -> float:
             times = []
@@ -325,11 +370,25 @@ class Executable:
         pool = min(pool, wall())
         self._use_inline()
         inline = min(inline, wall())
-        if inline < 0.95 * pool:
-            self.adapt_note = f"inline: {inline * 1e3:.3f} ms a run against the pool's {pool * 1e3:.3f}"
-        else:
-            self._use_pool()
-            self.adapt_note = f"pool: {pool * 1e3:.3f} ms a run against inline's {inline * 1e3:.3f}"
+        times = {"pool": pool, "inline": inline}
+        n = len(self._live)
+        if n > 1:
+            pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
+            inline_us = self._step_us(self.companion, self._inline_kernels()[1])
+            where = hybrid_plan(pool_us, inline_us, max(pool * 1e6 - sum(pool_us), 0.0) / (n + 2),
+                                max(inline * 1e6 - sum(inline_us), 0.0) / n)
+            if len(set(where)) > 1:
+                self._set_plan(where)
+                self.enqueue(inputs)
+                times["hybrid"] = wall()
+                self._hybrid = where
+        best = min(times, key=lambda k: times[k])
+        if times[best] >= 0.95 * pool:
+            best = "pool"
+        {"pool": self._use_pool, "inline": self._use_inline,
+         "hybrid": lambda: self._set_plan(self._hybrid)}[best]()
+        self.adapt_note = f"{best}: " + ", ".join(
+            f"{k} {v * 1e3:.3f} ms" for k, v in sorted(times.items(), key=lambda kv: kv[1])) + " a run"
 
     # running ----------------------------------------------------------------------------------------
     def _host_views(self) -> None:
@@ -353,7 +412,7 @@ class Executable:
                 self._out_plan.append(("buffer", (b, v.type.dims, v.type.np_dtype)))
 
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
-        cl, q = self.cl, self.queue
+        cl, q = self.cl, self._segments[0][0]
         keep = []
         for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
             if view is not None:  # the previous run has finished (q.finish below): nothing reads it
@@ -364,7 +423,13 @@ class Executable:
             if a.nbytes:
                 cl.enqueue_copy(q, b, a, is_blocking=False)
         launch = cl.enqueue_nd_range_kernel
-        events = [launch(q, k, g, lsize) for k, g, lsize in self._plan]
+        events = []
+        last = len(self._segments) - 1
+        for j, (sq, plan) in enumerate(self._segments):
+            events += [launch(sq, k, g, lsize) for k, g, lsize in plan]
+            if j < last:  # the next segment runs on the other device and reads what this one wrote
+                sq.finish()
+        q = self._segments[-1][0]
         results: list[Any] = []
         for kind, what in self._out_plan:
             if kind == "buffer":
@@ -416,6 +481,34 @@ class Executable:
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
+
+
+def hybrid_plan(pool_us: Sequence[float], inline_us: Sequence[float], launch_pool: float,
+                launch_inline: float) -> list[str]:
+    """Where each step runs ('pool' or 'inline') for the least predicted time: a step costs its own time
+    on that side plus that side's launch cost, and every change from the pool to the inline device, and a
+    run ending on the pool, costs a finish (the host waits for the pool's workers: taken as two pool
+    launches, as a pool run's overhead divided by launches + 2 implies). By dynamic programming over the
+    steps in order (their order is the data dependence). Small kernels between large ones go inline when
+    the pool's launch and wake-up cost more than the second core gains them."""
+    finish = 2 * launch_pool
+    best = {"pool": (0.0, []), "inline": (0.0, [])}  # side of the last step -> (cost, plan)
+    for j, (tp, ti) in enumerate(zip(pool_us, inline_us, strict=True)):
+        step = {"pool": tp + launch_pool, "inline": ti + launch_inline}
+        nxt = {}
+        for side in ("pool", "inline"):
+            options = []
+            for prev in ("pool", "inline"):
+                if j == 0 and prev != side:
+                    continue
+                cost, plan = best[prev]
+                options.append((cost + step[side] + (finish if prev == "pool" and side == "inline" and j
+                                                     else 0.0), plan))
+            cost, plan = min(options, key=lambda o: o[0])
+            nxt[side] = (cost, [*plan, side])
+        best = nxt
+    ends = {side: cost + (finish if side == "pool" else 0.0) for side, (cost, _) in best.items()}
+    return best[min(ends, key=lambda k: ends[k])][1]
 
 
 def opencl_executor(module: Module, func: Func) -> Any:

@@ -75,9 +75,9 @@ def test_auto_settles_at_the_adapt_run_and_keeps_the_results() -> None:
         exe.run(x)
     assert exe.running_on == "pool" and not exe.adapt_note  # a short-lived executable measures nothing
     last = exe.run(x)  # the ADAPT_AFTER-th run
-    assert exe.running_on in ("pool", "inline")
-    assert exe.adapt_note.startswith(exe.running_on + ":")
-    assert " ms a run against " in exe.adapt_note
+    assert exe.running_on in ("pool", "inline", "hybrid")
+    assert exe.adapt_note.startswith(exe.running_on + ": ")
+    assert "pool " in exe.adapt_note and "inline " in exe.adapt_note and exe.adapt_note.endswith(" ms a run")
     for a, b in zip(first, last, strict=True):
         assert a.tobytes() == b.tobytes()
 
@@ -105,3 +105,44 @@ def test_unknown_execution_is_an_error() -> None:
     m = lowered()
     with pytest.raises(DiagnosticError, match="unknown execution 'sideways'"):
         Executable(m, m.funcs[0], execution="sideways")
+
+
+def test_hybrid_plan_places_small_steps_inline() -> None:
+    """Two big kernels that the pool runs twice as fast, small ones between: the small ones go inline
+    when the pool's launch costs more than the second core saves, and a lone small step between pool
+    steps stays on the pool when a finish (two pool launches) costs more than it saves."""
+    from tessel.targets.opencl.runtime import hybrid_plan
+
+    assert hybrid_plan([100, 2, 2, 2, 100], [200, 3, 3, 3, 200], 10, 1) == [
+        "pool", "inline", "inline", "inline", "pool"]
+    assert hybrid_plan([100, 2, 100], [200, 3, 200], 10, 1) == ["pool", "pool", "pool"]
+    assert hybrid_plan([5, 5, 5], [6, 6, 6], 10, 1) == ["inline"] * 3  # all small: inline, no finish
+    assert hybrid_plan([500], [1000], 10, 1) == ["pool"]
+    assert hybrid_plan([], [], 10, 1) == []
+
+
+def test_a_hybrid_plan_runs_bit_for_bit() -> None:
+    """Alternating segments (each finished before the other device reads its results) give the pool's
+    results exactly."""
+    needs_companion()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="pool")
+    x = inputs(m.funcs[0], 1)
+    want = exe.run(x)
+    n = len(exe._live)
+    exe._set_plan(["inline" if j % 2 else "pool" for j in range(n)])
+    assert exe.running_on == "hybrid" and len(exe._segments) == n
+    for a, b in zip(want, exe.run(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_place_copies_a_placement() -> None:
+    needs_companion()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="pool")
+    n = len(exe.placement)
+    where = ["inline"] * (n - 1) + ["pool"]
+    exe.place(where)
+    assert exe.placement == where and exe.running_on == ("hybrid" if n > 1 else "pool")
+    with pytest.raises(ValueError, match="placement of"):
+        exe.place(["pool"] * (n + 1))
