@@ -146,3 +146,21 @@ def test_place_copies_a_placement() -> None:
     assert exe.placement == where and exe.running_on == ("hybrid" if n > 1 else "pool")
     with pytest.raises(ValueError, match="placement of"):
         exe.place(["pool"] * (n + 1))
+
+
+@pytest.mark.parametrize("env,basic", [({"TESSEL_POCL_INLINE": "0"}, False), ({}, True),
+                                       ({"POCL_DEVICES": "pthread"}, False)])
+def test_pocl_companion_is_asked_for_unless_told_not_to(env: dict[str, str], basic: bool) -> None:
+    """tessel asks PoCL for its basic device beside pthread, unless TESSEL_POCL_INLINE=0 or the user set
+    POCL_DEVICES (read once when PoCL starts, so each case is a fresh process)."""
+    import os
+    import subprocess
+    import sys
+
+    needs_companion()
+    clean = {k: v for k, v in os.environ.items() if k not in ("POCL_DEVICES", "TESSEL_POCL_INLINE")}
+    code = ("from tessel.targets.opencl import device as d; "
+            "print(sorted(x.name.split('-')[0] for x in d.all_devices()))")
+    out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True,
+                         check=True).stdout
+    assert ("'basic'" in out) == basic, out
