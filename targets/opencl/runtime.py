@@ -71,7 +71,7 @@ def build_program(context: Any, source: str, options: Sequence[str] = (), device
 class Step:
     """One kernel enqueue of one launch."""
 
-    kernel: Any  # on the device's own queue (and on the inline queue, once `Executable.inline` built it)
+    kernel: Any  # built for the device itself; the inline companion's are Executable._inline_kernels()
     name: str
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
@@ -89,8 +89,8 @@ device's own queue (PoCL's worker threads), `inline` on the companion's (the cal
 pool until ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, or a hybrid plan
 of both (hybrid_plan; docs/opencl.md "Execution")."""
 ADAPT_AFTER = 8
-"""Runs before `auto` compares the two: a model run once or twice (a test, a one-shot tessel-run) never
-builds the inline program; a service or a benchmark settles on the faster one after its first runs."""
+"""Runs before `auto` compares the pool, inline and hybrid: a model run once or twice (a test, a one-shot
+tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
 ADAPT_MAX_SECONDS = 0.05
 """`auto` keeps the pool, measuring nothing, when a run takes longer: dispatch is then a few percent at
 most (a launch costs the pool 5-40 us) and the inline device would give up a core."""
@@ -127,12 +127,11 @@ class Executable:
                 "error", f"unknown execution '{self.execution}' (expected one of {', '.join(EXECUTIONS)})"))
         self.companion = dev.inline_companion(self.device)
         self.running_on = "pool" if self.companion is not None else "device"
-        """Where runs go now: 'device' (no companion), 'pool' or 'inline'."""
+        """Where runs go now: 'device' (no companion), 'pool', 'inline' or 'hybrid' (both, by placement)."""
         self.adapt_note = ""
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
-        self._hybrid: list[str] = []
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -372,21 +371,21 @@ class Executable:
         inline = min(inline, wall())
         times = {"pool": pool, "inline": inline}
         n = len(self._live)
+        plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
         if n > 1:
             pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
             inline_us = self._step_us(self.companion, self._inline_kernels()[1])
             where = hybrid_plan(pool_us, inline_us, max(pool * 1e6 - sum(pool_us), 0.0) / (n + 2),
                                 max(inline * 1e6 - sum(inline_us), 0.0) / n)
             if len(set(where)) > 1:
+                plans["hybrid"] = where
                 self._set_plan(where)
                 self.enqueue(inputs)
                 times["hybrid"] = wall()
-                self._hybrid = where
         best = min(times, key=lambda k: times[k])
         if times[best] >= 0.95 * pool:
             best = "pool"
-        {"pool": self._use_pool, "inline": self._use_inline,
-         "hybrid": lambda: self._set_plan(self._hybrid)}[best]()
+        self._set_plan(plans[best])
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {v * 1e3:.3f} ms" for k, v in sorted(times.items(), key=lambda kv: kv[1])) + " a run"
 
@@ -453,8 +452,9 @@ class Executable:
             self.settle(inputs)
 
     def settle(self, inputs: Sequence[np.ndarray]) -> None:
-        """Under `auto`, choose between the pool and the inline device now (once), on these inputs; a
-        no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before timing."""
+        """Under `auto`, choose among the pool, the inline device and a hybrid of both now (once), on these
+        inputs; a no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before
+        timing."""
         if self.execution == "auto" and self.companion is not None and not self.adapt_note:
             self._adapt(inputs)
 
@@ -493,17 +493,15 @@ def hybrid_plan(pool_us: Sequence[float], inline_us: Sequence[float], launch_poo
     the pool's launch and wake-up cost more than the second core gains them."""
     finish = 2 * launch_pool
     best = {"pool": (0.0, []), "inline": (0.0, [])}  # side of the last step -> (cost, plan)
-    for j, (tp, ti) in enumerate(zip(pool_us, inline_us, strict=True)):
+    for tp, ti in zip(pool_us, inline_us, strict=True):
         step = {"pool": tp + launch_pool, "inline": ti + launch_inline}
         nxt = {}
         for side in ("pool", "inline"):
             options = []
             for prev in ("pool", "inline"):
-                if j == 0 and prev != side:
-                    continue
                 cost, plan = best[prev]
-                options.append((cost + step[side] + (finish if prev == "pool" and side == "inline" and j
-                                                     else 0.0), plan))
+                switch = finish if plan and prev == "pool" and side == "inline" else 0.0
+                options.append((cost + step[side] + switch, plan))
             cost, plan = min(options, key=lambda o: o[0])
             nxt[side] = (cost, [*plan, side])
         best = nxt
