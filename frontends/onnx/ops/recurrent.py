@@ -1,8 +1,10 @@
-"""Converters for ONNX's recurrent layers: RNN, GRU and LSTM, unrolled over the static sequence length.
+"""Converters for ONNX's recurrent layers: RNN, GRU and LSTM.
 
 Each direction projects the whole input sequence at once (one matmul of X [T, B, I] with W^T, plus the
-biases), then runs T steps of a matmul of the hidden state with R^T, the gate slices and their
-activations, so the graph holds only matmul, add, mul, slice, concat and activation ops the passes and
+biases that add before the recurrence). With ONNX's default activations (RNN: tanh, relu or sigmoid) the
+recurrence is then one `lstm_scan`, `gru_scan` or `rnn_scan` op per direction, which the OpenCL target
+runs as one kernel over all steps. Other activations are unrolled over the static sequence length: T steps
+of a matmul of the hidden state with R^T, the gate slices and their activations, in ops the passes and
 targets already know. Weights that are initializers fold their transposes at import.
 
 Supported: directions forward, reverse and bidirectional; the activations and their alpha/beta; clip;
@@ -13,9 +15,11 @@ sequence_lens when it is a constant (steps past a batch's length keep its state 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ....ir.ops.recurrent import ACTIVATIONS
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .common import _scalar, _slice, _transpose, _wants
@@ -75,6 +79,20 @@ def _activations(names: Sequence[str] | None, alphas: Sequence[float] | None, be
     return [funcs[d * n:(d + 1) * n] for d in range(directions)]
 
 
+def _scan_activations(names: Sequence[str] | None, defaults: Sequence[str], directions: int) -> str | None:
+    """The activation the scan ops run, when every direction uses the defaults (RNN: one of
+    ACTIVATIONS, the same for both directions); None when the layer must be unrolled."""
+    given = [n.lower() for n in (names or defaults)]
+    if not given or len(given) % len(defaults):
+        return None
+    if len(defaults) == 1:
+        return given[0] if given[0] in ACTIVATIONS and len(set(given)) == 1 else None
+    per = len(defaults)
+    want = [d.lower() for d in defaults]
+    ok = all(given[k * per:(k + 1) * per] == want for k in range(len(given) // per))
+    return want[-1] if ok and len(given) // per in (1, directions) else None
+
+
 def _take(b: Builder, x: Tensor, axis: int, i: int) -> Tensor:
     """x[..., i, ...] along `axis`, the axis dropped."""
     shape = [d for k, d in enumerate(x.shape) if k != axis]
@@ -113,6 +131,7 @@ class Layer:
         self.W, self.R, self.B = W, R, B
         self.clip = clip
         self.initial = [self._state(t) for t in initial]
+        self.lengths: list[int] = []
         self.masks = self._masks(sequence_lens)
 
     def _state(self, t: Tensor | None) -> Tensor:
@@ -130,6 +149,7 @@ class Layer:
             raise ConversionError(f"sequence_lens {n.tolist()} must be {self.batch} lengths in [0, {self.T}]")
         if (n == self.T).all():
             return None
+        self.lengths = [int(v) for v in n]
         return [self.b.const((t < n).reshape(self.batch, 1)) for t in range(self.T)]
 
     def weights(self, d: int, t: Tensor) -> Tensor:
@@ -144,11 +164,14 @@ class Layer:
         n = self.gates * self.hidden
         return _slice(self.b, bd, 0, 0, n), _slice(self.b, bd, 0, n, 2 * n)
 
+    def projection(self, d: int, bias: Tensor | None) -> Tensor:
+        """X W^T + bias over the whole sequence: [T, B, G*H]."""
+        xw = self.b.op("matmul", [self.X, self.weights(d, self.W)])
+        return xw if bias is None else self.b.op("add", [xw, bias])
+
     def projected(self, d: int, bias: Tensor | None) -> list[Tensor]:
         """X_t W^T + bias for every step t, each [B, G*H]."""
-        xw = self.b.op("matmul", [self.X, self.weights(d, self.W)])
-        if bias is not None:
-            xw = self.b.op("add", [xw, bias])
+        xw = self.projection(d, bias)
         return [_take(self.b, xw, 0, t) for t in range(self.T)]
 
     def clipped(self, x: Tensor) -> Tensor:
@@ -168,13 +191,26 @@ class Layer:
             return h
         return self.b.op("where", [self.masks[t], h, _scalar(self.b, 0.0, h)])
 
-    def finish(self, ys: list[dict[int, Tensor]], finals: list[list[Tensor]]) -> list[Tensor | None]:
-        """Y [T, D, B, H] (None when unused), then each final state [D, B, H], in the node's layout."""
+    def stacked(self, y: dict[int, Tensor]) -> Tensor | None:
+        """The unrolled steps' outputs as one [T, B, H] (None when Y is unused)."""
+        b, H, B = self.b, self.hidden, self.batch
+        if not _wants(b, 0) or not self.T:
+            return None
+        steps = [b.reshape(y[t], [1, B, H]) for t in range(self.T)]
+        return steps[0] if self.T == 1 else b.op("concat", steps, {"axis": 0})
+
+    def scan(self, op: str, operands: list[Tensor], attrs: dict[str, Any]) -> list[Tensor]:
+        """One direction's recurrence as a scan op over the projected sequence: [y, h(, c)]."""
+        attrs = {"clip": float(self.clip or 0.0), "lengths": self.lengths, **attrs}
+        return self.b.ops(op, operands, attrs)
+
+    def finish(self, ys: list[Tensor | None], finals: list[list[Tensor]]) -> list[Tensor | None]:
+        """Y [T, D, B, H] (None when unused), from each direction's [T, B, H], then each final state
+        [D, B, H], in the node's layout."""
         b, H, B = self.b, self.hidden, self.batch
         y = None
         if _wants(b, 0) and self.T:
-            per_dir = [b.op("concat", [b.reshape(ys[d][t], [1, 1, B, H]) for t in range(self.T)], {"axis": 0})
-                       if self.T > 1 else b.reshape(ys[d][0], [1, 1, B, H]) for d in range(self.directions)]
+            per_dir = [b.reshape(yd, [self.T, 1, B, H]) for yd in ys if yd is not None]
             y = per_dir[0] if self.directions == 1 else b.op("concat", per_dir, {"axis": 1})
             if self.layout:
                 y = _transpose(b, y, [2, 0, 1, 3])
@@ -195,20 +231,28 @@ def RNN(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
     """H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)."""
     L = Layer(b, "RNN", 1, X, W, R, B, sequence_lens, [initial_h], direction, layout, hidden_size, clip)
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], L.directions)
-    ys: list[dict[int, Tensor]] = []
+    scan = _scan_activations(activations, ["Tanh"], L.directions)
+    ys: list[Tensor | None] = []
     finals: list[Tensor] = []
     for d in range(L.directions):
         (f,) = acts[d]
         wr = L.bias(d)
-        xw = L.projected(d, b.op("add", list(wr)) if wr else None)
+        bias = b.op("add", list(wr)) if wr else None
         rt = L.weights(d, L.R)
         h = _take(b, L.initial[0], 0, d)
+        if scan:
+            y_d, h = L.scan("rnn_scan", [L.projection(d, bias), rt, h],
+                            {"reverse": L.reverse[d], "activation": scan})
+            ys.append(y_d)
+            finals.append(h)
+            continue
+        xw = L.projected(d, bias)
         y: dict[int, Tensor] = {}
         for t in L.steps(d):
             new = f(b, L.clipped(b.op("add", [xw[t], b.op("matmul", [h, rt])])))
             y[t] = L.output(t, new)
             h = L.keep(t, new, h)
-        ys.append(y)
+        ys.append(L.stacked(y))
         finals.append(h)
     return L.finish(ys, [finals])
 
@@ -223,8 +267,10 @@ def GRU(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
     linear_before_reset, g(X Wh^T + r * (H Rh^T + Rbh) + Wbh)), H = (1 - z) * h~ + z * H."""
     L = Layer(b, "GRU", 3, X, W, R, B, sequence_lens, [initial_h], direction, layout, hidden_size, clip)
     acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], L.directions)
+    scan = _scan_activations(activations, ["Sigmoid", "Tanh"], L.directions)
     Hs = L.hidden
-    ys: list[dict[int, Tensor]] = []
+    zeros = b.const(np.zeros(Hs, X.type.np_dtype))
+    ys: list[Tensor | None] = []
     finals: list[Tensor] = []
     for d in range(L.directions):
         f, g = acts[d]
@@ -232,13 +278,18 @@ def GRU(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
         rb_h = _slice(b, wr[1], 0, 2 * Hs, 3 * Hs) if wr else None
         bias = None
         if wr:  # Rb of z and r joins Wb; Rb of h stays apart, inside the reset (or after it)
-            rb_zr = b.op("concat", [_slice(b, wr[1], 0, 0, 2 * Hs), b.const(np.zeros(Hs, X.type.np_dtype))],
-                         {"axis": 0})
+            rb_zr = b.op("concat", [_slice(b, wr[1], 0, 0, 2 * Hs), zeros], {"axis": 0})
             bias = b.op("add", [wr[0], rb_zr])
-        xw = L.projected(d, bias)
         rt = L.weights(d, L.R)  # [H, 3H]
-        rt_zr, rt_h = _slice(b, rt, 1, 0, 2 * Hs), _slice(b, rt, 1, 2 * Hs, 3 * Hs)
         h = _take(b, L.initial[0], 0, d)
+        if scan:
+            y_d, h = L.scan("gru_scan", [L.projection(d, bias), rt, h, zeros if rb_h is None else rb_h],
+                            {"reverse": L.reverse[d], "linear_before_reset": bool(linear_before_reset)})
+            ys.append(y_d)
+            finals.append(h)
+            continue
+        xw = L.projected(d, bias)
+        rt_zr, rt_h = _slice(b, rt, 1, 0, 2 * Hs), _slice(b, rt, 1, 2 * Hs, 3 * Hs)
         y: dict[int, Tensor] = {}
         one = _scalar(b, 1.0, X)
         for t in L.steps(d):
@@ -258,7 +309,7 @@ def GRU(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
             new = b.op("add", [b.op("mul", [b.op("sub", [one, z]), cand]), b.op("mul", [z, h])])
             y[t] = L.output(t, new)
             h = L.keep(t, new, h)
-        ys.append(y)
+        ys.append(L.stacked(y))
         finals.append(h)
     return L.finish(ys, [finals])
 
@@ -274,24 +325,34 @@ def LSTM(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
     C = f * C + i * c~, o = f(.o + Po * C_new), H = o * h(C)."""
     L = Layer(b, "LSTM", 4, X, W, R, B, sequence_lens, [initial_h, initial_c], direction, layout,
               hidden_size, clip)
-    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"],
-                        L.directions)
+    defaults = ["Sigmoid", "Tanh", "Tanh"]
+    acts = _activations(activations, activation_alpha, activation_beta, defaults, L.directions)
+    scan = _scan_activations(activations, defaults, L.directions)
     Hs = L.hidden
-    ys: list[dict[int, Tensor]] = []
+    ys: list[Tensor | None] = []
     finals_h: list[Tensor] = []
     finals_c: list[Tensor] = []
     one = _scalar(b, 1.0, X)
     for d in range(L.directions):
         f, g, hf = acts[d]
         wr = L.bias(d)
-        xw = L.projected(d, b.op("add", list(wr)) if wr else None)
+        bias = b.op("add", list(wr)) if wr else None
         rt = L.weights(d, L.R)
+        h = _take(b, L.initial[0], 0, d)
+        c = _take(b, L.initial[1], 0, d)
+        if scan:
+            operands = [L.projection(d, bias), rt, h, c] + ([_take(b, P, 0, d)] if P is not None else [])
+            y_d, h, c = L.scan("lstm_scan", operands,
+                               {"reverse": L.reverse[d], "input_forget": bool(input_forget)})
+            ys.append(y_d)
+            finals_h.append(h)
+            finals_c.append(c)
+            continue
+        xw = L.projected(d, bias)
         peep = None
         if P is not None:
             pd = _take(b, P, 0, d)
             peep = [_slice(b, pd, 0, k * Hs, (k + 1) * Hs) for k in range(3)]  # i, o, f
-        h = _take(b, L.initial[0], 0, d)
-        c = _take(b, L.initial[1], 0, d)
         y: dict[int, Tensor] = {}
         for t in L.steps(d):
             pre = b.op("add", [xw[t], b.op("matmul", [h, rt])])
@@ -310,7 +371,7 @@ def LSTM(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
             y[t] = L.output(t, h_new)
             h = L.keep(t, h_new, h)
             c = L.keep(t, c_new, c)
-        ys.append(y)
+        ys.append(L.stacked(y))
         finals_h.append(h)
         finals_c.append(c)
     return L.finish(ys, [finals_h, finals_c])

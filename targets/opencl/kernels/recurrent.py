@@ -1,0 +1,248 @@
+"""The recurrent scans (lstm_scan, gru_scan, rnn_scan): one kernel runs every step of a direction.
+
+A step depends on the whole hidden state of the step before, so the steps run in one work-group that
+meets at a barrier between them. Each work-item owns `w` consecutive hidden units (two registers of
+floats where the gates' accumulators fit, else one; halved until w divides H) and computes all their gates
+with one vector accumulator per gate, reading the previous h as broadcast scalars and rt's rows as vectors:
+
+    acc_g[b] = xw[t, b, g*H + j .. j+w) + sum_k h[b, k] * rt[k, g*H + j .. j+w)
+
+rt is packed beforehand (once, at load time, as it is a constant) as [H/w, H, G, w], so each work-item
+reads one contiguous stream: packed, an LSTM with H = 128 runs at about twice the speed.
+
+The state h lives in scratch `tmp0` as two [B, H] halves, read from one and written to the other step by
+step (the barrier between steps orders them); LSTM's cell state c stays in result `out2`, read and written
+only by the work-item that owns it. GRU without linear_before_reset needs r * h of every unit before the
+candidate's matmul: a second phase per step, behind its own barrier, with r * h and z in scratch `tmp1`.
+
+The input projection is not here: it is one matmul over the whole sequence before the scan, where it runs
+as a GEMM of T*B rows. Past a batch's length (`lengths`) a step keeps the state and writes zeros to y.
+"""
+
+from __future__ import annotations
+
+from ....ir.types import TensorType
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
+from .reduce import V, elem_ctype, flit, is_float, kernel_source, vec_width
+
+MAX_LOCAL = 256  # work-items in the scan's work-group (each loops over its share of the units past it)
+
+
+def unit_width(hidden: int, lanes: int) -> int:
+    """Units per work-item: the widest power of two up to `lanes` that divides H."""
+    w = lanes
+    while w > 1 and hidden % w:
+        w //= 2
+    return w
+
+
+def units_per_item(ctx: Ctx, c: str, gates: int) -> int:
+    """Two registers of units per work-item where the gates' accumulators still fit (AVX2: float16 as two
+    ymm halves, 2 FMA chains per gate), else one; never past 16 lanes."""
+    lanes = vec_width(c, ctx.device)
+    wide = min(2 * lanes, 16)
+    return wide if wide > lanes and ctx.device.accumulators(wide) >= gates else lanes
+
+
+@template("lstm_scan", "gru_scan", "rnn_scan")
+def scan_template(ctx: Ctx) -> Lowered:
+    xw, rt = ctx.operands[:2]
+    require_static(*ctx.operands, *ctx.results)
+    c = elem_ctype(xw, ctx.device)
+    if not is_float(c):
+        raise NotLowerable(f"{ctx.op_name} of {xw.dtype}")
+    steps, batch, width = xw.dims
+    hidden = rt.dims[0]
+    if steps * batch * hidden == 0:
+        return _empty(ctx, c)
+    w = int(ctx.schedule.get("units", unit_width(hidden, units_per_item(ctx, c, width // hidden))))
+    if hidden % w:
+        raise NotLowerable(f"{ctx.op_name} schedule units={w} does not divide hidden size {hidden}")
+    chunks = hidden // w
+    local = max(1, min(chunks, MAX_LOCAL, ctx.device.max_work_group_size))
+    cell = {"lstm_scan": _lstm, "gru_scan": _gru, "rnn_scan": _rnn}[ctx.op_name]
+    s = Scan(ctx, c, w, steps, batch, hidden, width, local)
+    body, params, scratch = cell(s)
+    lengths = [int(n) for n in ctx.attr("lengths")]
+    prefix = ""
+    if lengths and any(n < steps for n in lengths):
+        prefix = f"__constant int KERNEL_len[{batch}] = {{{', '.join(map(str, lengths))}}};\n"
+    what = (f"{ctx.op_name} over {steps} steps, batch {batch}, hidden {hidden}"
+            + (", reversed" if ctx.attr("reverse") else "")
+            + f": {local} work-item{'s' if local > 1 else ''} of {w} units")
+    src = prefix + f"__attribute__((reqd_work_group_size({local}, 1, 1)))\n" + kernel_source(what, params, body)
+    n_in, n_out = len(ctx.operands), len(ctx.results)
+    args = tuple([f"in{i}" for i in range(n_in)] + [f"out{j}" for j in range(n_out)]
+                 + [f"tmp{k}" for k in range(len(scratch))])
+    pack = {1: PackSpec((2,), (w,), (2, 0, 1), reshape=(hidden, width // hidden, hidden))}
+    return Lowered([Kernel(src, (local,), (local,), args)], scratch=scratch, pack=pack,
+                   schedule={"units": w, "work_items": local})
+
+
+def _empty(ctx: Ctx, c: str) -> Lowered:
+    """No steps, batch or units: the states are h0 (and c0) as they came, y is empty."""
+    n = ctx.results[1].numel
+    params = ([f"__global const {c}* restrict in{i}" for i in range(len(ctx.operands))]
+              + [f"__global {c}* restrict out{j}" for j in range(len(ctx.results))])
+    body = ["const int i = get_global_id(0);", f"if (i >= {n}) return;", "out1[i] = in2[i];"]
+    if ctx.op_name == "lstm_scan":
+        body.append("out2[i] = in3[i];")
+    return Lowered([Kernel(kernel_source(f"{ctx.op_name} with nothing to scan", params, body),
+                           (max(n, 1),), None)])
+
+
+class Scan:
+    """What the three cells' kernels share: sizes, spellings and the step loop around a cell's body."""
+
+    def __init__(self, ctx: Ctx, c: str, w: int, steps: int, batch: int, hidden: int, width: int,
+                 local: int) -> None:
+        self.ctx, self.c, self.w = ctx, c, w
+        self.T, self.B, self.H, self.GH, self.L = steps, batch, hidden, width, local
+        self.v = V(c, w)
+        self.G = width // hidden
+        self.bh = batch * hidden
+        clip = float(ctx.attr("clip"))
+        self.clip = clip
+        lengths = [int(n) for n in ctx.attr("lengths")]
+        self.masked = bool(lengths) and any(n < steps for n in lengths)
+
+    def lit(self, x: float) -> str:
+        return flit(x, self.c)
+
+    def clipped(self, e: str) -> str:
+        return f"clamp({e}, {self.lit(-self.clip)}, {self.lit(self.clip)})" if self.clip > 0 else e
+
+    def sigmoid(self, e: str) -> str:
+        return f"({self.lit(1.0)} / ({self.lit(1.0)} + exp(-({e}))))"
+
+    def params(self, n_in: int, n_out: int, n_tmp: int) -> list[str]:
+        c = self.c
+        return ([f"__global const {c}* restrict in{i}" for i in range(n_in)]
+                + [f"__global {c}* restrict out{j}" for j in range(n_out)]
+                + [f"__global {c}* restrict tmp{k}" for k in range(n_tmp)])
+
+    def units(self, lines: list[str]) -> list[str]:
+        """`lines` for each of this work-item's units j (and each batch b)."""
+        return [f"for (int u = l; u < {self.H // self.w}; u += {self.L}) {{",
+                f"    const int j = u * {self.w};",
+                f"    for (int b = 0; b < {self.B}; ++b) {{",
+                *["        " + ln for ln in lines], "    }", "}"]
+
+    def matvec(self, accs: list[tuple[str, int, str]], h: str) -> list[str]:
+        """acc = init + sum_k h[b*H + k] * rt[k, col + j ..], for each (name, col, init), rt packed as
+        [H/w, H, G, w] so a work-item's rows are one contiguous stream."""
+        v, H, gw = self.v, self.H, self.G * self.w
+        lines = [f"{v.t} {name} = {init};" for name, _, init in accs]
+        lines += [f"__global const {self.c}* rp = in1 + u * {H * gw};",
+                  f"for (int k = 0; k < {H}; ++k, rp += {gw}) {{",
+                  f"    const {v.t} hk = ({v.t})({h}[b * {H} + k]);"]
+        lines += [f"    {name} = fma(hk, {v.load('rp', str(col // H * self.w))}, {name});" for name, col, _ in accs]
+        return lines + ["}"]
+
+    def xw(self, gate: int) -> str:
+        return self.v.load("in0", f"(t * {self.B} + b) * {self.GH} + {gate * self.H} + j")
+
+    def at(self, base: str) -> str:
+        return f"{base} + b * {self.H} + j"
+
+    def update(self, new_h: str, extra: list[str]) -> list[str]:
+        """Writes step t's h (and, via `extra`, other state) or, past the batch's length, keeps the old."""
+        v = self.v
+        keep = [v.store(v.load("hp", f"b * {self.H} + j"), "hn", f"b * {self.H} + j"),
+                v.store(v.splat(self.lit(0.0)), "out0", f"(t * {self.B} + b) * {self.H} + j")]
+        write = [v.store(new_h, "hn", f"b * {self.H} + j"),
+                 v.store(new_h, "out0", f"(t * {self.B} + b) * {self.H} + j"), *extra]
+        if not self.masked:
+            return write
+        return ["if (t >= KERNEL_len[b]) {", *["    " + ln for ln in keep], "} else {",
+                *["    " + ln for ln in write], "}"]
+
+    def loop(self, init: list[str], step: list[str], final: list[str]) -> list[str]:
+        """The kernel body: init, then the steps (each ends at a barrier), then the final writes."""
+        T, rev = self.T, bool(self.ctx.attr("reverse"))
+        return ["const int l = get_local_id(0);", *init, "barrier(CLK_GLOBAL_MEM_FENCE);",
+                f"for (int s = 0; s < {T}; ++s) {{",
+                f"    const int t = {f'{T - 1} - s' if rev else 's'};",
+                f"    __global const {self.c}* hp = tmp0 + (s & 1) * {self.bh};",
+                f"    __global {self.c}* hn = tmp0 + ((s + 1) & 1) * {self.bh};",
+                *["    " + ln for ln in step], "    barrier(CLK_GLOBAL_MEM_FENCE);", "}",
+                f"__global const {self.c}* hl = tmp0 + {(T & 1) * self.bh};", *final]
+
+    def copy(self, src: str, dst: str) -> str:
+        return self.v.store(self.v.load(src, f"b * {self.H} + j"), dst, f"b * {self.H} + j")
+
+
+def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
+    """i, o, f, c gates; c stays in out2; peepholes (in4) read once per unit."""
+    v, H = s.v, s.H
+    peep = len(s.ctx.operands) > 4
+    fused = bool(s.ctx.attr("input_forget"))
+    init = s.units([s.copy("in2", "tmp0"), s.copy("in3", "out2")])
+    cell = s.matvec([(f"a{g}", g * H, s.xw(g)) for g in range(4)], "hp")
+    cell.append(f"const {v.t} cp = {v.load('out2', f'b * {H} + j')};")
+    if peep:
+        cell += [f"const {v.t} p{k} = {v.load('in4', f'{k * H} + j')};" for k in range(3)]
+    gi = "a0 + p0 * cp" if peep else "a0"
+    gf = "a2 + p2 * cp" if peep else "a2"
+    cell.append(f"const {v.t} gi = {s.sigmoid(s.clipped(gi))};")
+    cell.append(f"const {v.t} gf = {v.splat(s.lit(1.0))} - gi;" if fused else
+                f"const {v.t} gf = {s.sigmoid(s.clipped(gf))};")
+    cell.append(f"const {v.t} cn = gf * cp + gi * tanh({s.clipped('a3')});")
+    go = "a1 + p1 * cn" if peep else "a1"
+    cell.append(f"const {v.t} hnew = {s.sigmoid(s.clipped(go))} * tanh(cn);")
+    cell += s.update("hnew", [v.store("cn", "out2", f"b * {H} + j")])
+    final = s.units([s.copy("hl", "out1")])
+    n_in = len(s.ctx.operands)
+    return s.loop(init, s.units(cell), final), s.params(n_in, 3, 1), [2 * s.bh * _size(s.ctx.results[1])]
+
+
+def _gru(s: Scan) -> tuple[list[str], list[str], list[int]]:
+    """z, r, h gates; rbh is in3. Without linear_before_reset a second phase per step computes the
+    candidate's matmul over r * h, which phase one leaves in tmp1 (z beside it)."""
+    v, H = s.v, s.H
+    lbr = bool(s.ctx.attr("linear_before_reset"))
+    init = s.units([s.copy("in2", "tmp0")])
+    rbh = v.load("in3", "j")
+    zero = v.splat(s.lit(0.0))
+    one = v.splat(s.lit(1.0))
+    hp = v.load("hp", f"b * {H} + j")
+    if lbr:
+        cell = s.matvec([("az", 0, s.xw(0)), ("ar", H, s.xw(1)), ("ah", 2 * H, zero)], "hp")
+        cell += [f"const {v.t} z = {s.sigmoid(s.clipped('az'))};",
+                 f"const {v.t} r = {s.sigmoid(s.clipped('ar'))};",
+                 f"const {v.t} cand = tanh({s.clipped(f'{s.xw(2)} + r * (ah + {rbh})')});",
+                 f"const {v.t} hnew = ({one} - z) * cand + z * {hp};"]
+        step = s.units(cell + s.update("hnew", []))
+        scratch = [2 * s.bh * _size(s.ctx.results[1])]
+        n_tmp = 1
+    else:
+        phase1 = s.matvec([("az", 0, s.xw(0)), ("ar", H, s.xw(1))], "hp")
+        phase1 += [v.store(s.sigmoid(s.clipped("az")), "tmp1", f"{s.bh} + b * {H} + j"),
+                   v.store(f"{s.sigmoid(s.clipped('ar'))} * {hp}", "tmp1", f"b * {H} + j")]
+        phase2 = s.matvec([("ah", 2 * H, zero)], "tmp1")
+        phase2 += [f"const {v.t} z = {v.load('tmp1', f'{s.bh} + b * {H} + j')};",
+                   f"const {v.t} cand = tanh({s.clipped(f'{s.xw(2)} + ah + {rbh}')});",
+                   f"const {v.t} hnew = ({one} - z) * cand + z * {hp};"]
+        step = s.units(phase1) + ["barrier(CLK_GLOBAL_MEM_FENCE);"] + s.units(phase2 + s.update("hnew", []))
+        scratch = [2 * s.bh * _size(s.ctx.results[1])] * 2
+        n_tmp = 2
+    final = s.units([s.copy("hl", "out1")])
+    return s.loop(init, step, final), s.params(4, 2, n_tmp), scratch
+
+
+def _rnn(s: Scan) -> tuple[list[str], list[str], list[int]]:
+    v = s.v
+    act = s.ctx.attr("activation")
+    init = s.units([s.copy("in2", "tmp0")])
+    cell = s.matvec([("a", 0, s.xw(0))], "hp")
+    pre = s.clipped("a")
+    expr = {"tanh": f"tanh({pre})", "sigmoid": s.sigmoid(pre),
+            "relu": f"fmax({pre}, {v.splat(s.lit(0.0))})"}[act]
+    cell += [f"const {v.t} hnew = {expr};", *s.update("hnew", [])]
+    final = s.units([s.copy("hl", "out1")])
+    return s.loop(init, s.units(cell), final), s.params(3, 2, 1), [2 * s.bh * _size(s.ctx.results[1])]
+
+
+def _size(t: TensorType) -> int:
+    """Bytes of one element of `t`."""
+    return t.nbytes // max(t.numel, 1)
