@@ -41,7 +41,9 @@ def gates(op_name: str) -> int:
 
 
 def _fits(shape: tuple[int | None, ...], want: tuple[int | None, ...]) -> bool:
-    return len(shape) == len(want) and all(a is None or b is None or a == b for a, b in zip(shape, want))
+    if len(shape) != len(want):
+        return False
+    return all(a is None or b is None or a == b for a, b in zip(shape, want, strict=True))
 
 
 def _infer_for(op_name: str) -> Callable[[Sig], list[TensorType]]:

@@ -19,7 +19,8 @@ rng = np.random.default_rng(5)
 GATES = {"lstm_scan": 4, "gru_scan": 3, "rnn_scan": 1}
 
 
-def operands(op: str, T: int, B: int, H: int, dtype: type = np.float32, peep: bool = False) -> list[np.ndarray]:
+def operands(op: str, T: int, B: int, H: int, dtype: type = np.float32,
+             peep: bool = False) -> list[np.ndarray]:
     g = GATES[op]
 
     def f(*shape: int, scale: float = 1.0) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose",
+FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose", "resize",
             "attention", "recurrent", "fused")
 _loaded = False
 

@@ -1,4 +1,4 @@
-"""Pooling and resampling kernels: max_pool2d, avg_pool2d, global_avg_pool, global_max_pool, resize.
+"""Pooling kernels: max_pool2d, avg_pool2d, global_avg_pool, global_max_pool (resize is in resize.py).
 
 2-D pooling: each work-item computes V consecutive outputs of one output row. Blocks whose every column
 tap lies inside the row (decided at code-generation time, so the interior of a feature map) load each tap
@@ -8,18 +8,11 @@ loop. Sums add taps in the reference's order and divide by the reference's windo
 matches numpy to the last bit; max propagates NaN as numpy's maximum does.
 
 Global pools: one work-item per (n, c) plane, V-wide accumulators over the plane, then a lane reduction.
-
-Resize: the source coordinates of every resized axis are computed here with the reference's own numpy
-code and baked into the kernel as `__constant` tables (nearest: indices; linear: low/high indices and
-both weights), so rounding ties and weights are those of the reference; linear lerps the axes in the
-reference's order.
 """
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 from ....ir.types import TensorType
 from .base import (
@@ -31,11 +24,9 @@ from .base import (
     index_type,
     launch_1d,
     require_static,
-    row_major_strides,
     template,
 )
 from .gemm import Epilogue
-from .movement import CopySpec, Term, copy_kernel, elem
 
 FLOATS = ("f32", "f64")
 LANES = "0123456789abcdef"
@@ -351,77 +342,3 @@ def _interior_taps(in_block: int, k0: int, k1: int, d0: int, d1: int, h: int, w:
             lines.append(f"              {_max('acc', 'v', True) if is_max else 'acc += v;'} }}")
     lines.append("        } else {")
     return lines
-
-
-# resize ---------------------------------------------------------------------------------------------------
-def _table(name: str, ctype_: str, values: np.ndarray, fmt=str) -> str:
-    return f"__constant {ctype_} {name}[{len(values)}] = {{{', '.join(fmt(v) for v in values)}}};"
-
-
-@template("resize")
-def resize(ctx: Ctx) -> Lowered:
-    from ....ir.ops.resize import _nearest, _source_coords
-
-    require_static(*ctx.operands, *ctx.results)
-    x, y = ctx.operands[0], ctx.results[0]
-    T = elem(x)
-    idx = index_type(x, y)
-    mode, ctm, nm = ctx.attr("mode"), ctx.attr("coordinate_transformation_mode"), ctx.attr("nearest_mode")
-    if mode == "linear" and x.dtype not in FLOATS:
-        raise NotLowerable(f"linear resize on {x.dtype}")
-    scales = [float(s) for s in ctx.attr("scales")]
-    strides = row_major_strides(x.dims)
-    what = f"resize {mode} {ctm}{f' {nm}' if mode == 'nearest' else ''}: {list(x.dims)} -> {list(y.dims)}"
-    tables, axes = [], []
-    terms: list[list[Term]] = []
-    for ax, (n_in, n_out) in enumerate(zip(x.dims, y.dims, strict=True)):
-        scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
-        if (n_in == n_out and scale == 1) or not n_out or not n_in:
-            terms.append([Term(strides[ax])])
-            continue
-        coords = _source_coords(n_out, n_in, scale, ctm)
-        axes.append(ax)
-        if mode == "nearest":
-            ix = np.clip(_nearest(coords, nm), 0, n_in - 1).astype(np.int64)
-            tables.append(_table(f"KERNEL_ix{ax}", "int", ix))
-            terms.append([Term(strides[ax], "raw", expr=f"KERNEL_ix{ax}[@]")])
-            continue
-        cc = np.clip(coords, 0, n_in - 1)
-        lo = np.floor(cc).astype(np.int64)
-        hi = np.minimum(lo + 1, n_in - 1)
-        frac = (cc - lo).astype(x.np_dtype)
-        wlo = (x.np_dtype.type(1) - frac).astype(x.np_dtype)
-        tables += [_table(f"KERNEL_lo{ax}", "int", lo), _table(f"KERNEL_hi{ax}", "int", hi),
-                   _table(f"KERNEL_wl{ax}", T, wlo, lambda f: _lit(f, T)),
-                   _table(f"KERNEL_wh{ax}", T, frac, lambda f: _lit(f, T))]
-        terms.append([])
-    if mode == "nearest" or not axes:
-        k = copy_kernel(what, CopySpec(list(y.dims), terms), x, idx)
-        k.source = "\n".join(tables) + ("\n" if tables else "") + k.source
-        return Lowered([k])
-    if len(axes) > 4:
-        raise NotLowerable(f"linear resize over {len(axes)} axes (at most 4)")
-    rank = y.rank
-    lines = [f"// {what}: separable lerps, axis {axes[0]} first as the reference does", *tables,
-             f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
-             f"    const {idx} g = get_global_id(0);", f"    if (g >= {y.numel}) return;",
-             f"    {idx} r = g;"]
-    for d in range(rank - 1, 0, -1):
-        lines.append(f"    const {idx} c{d} = r % {y.dims[d]}; r /= {y.dims[d]};")
-    lines.append(f"    const {idx} c0 = r;")
-    base = [tm.code(f"c{d}") for d in range(rank) for tm in terms[d]]
-    lines.append(f"    const {idx} s = {' + '.join(base) or '0'};")
-    for a in axes:
-        lines.append(f"    const {idx} lo{a} = ({idx})KERNEL_lo{a}[c{a}] * {strides[a]}, "
-                     f"hi{a} = ({idx})KERNEL_hi{a}[c{a}] * {strides[a]};")
-        lines.append(f"    const {T} wl{a} = KERNEL_wl{a}[c{a}], wh{a} = KERNEL_wh{a}[c{a}];")
-
-    def lerp(j: int, picks: list[str]) -> str:
-        if j < 0:
-            return f"in0[s + {' + '.join(picks)}]"
-        a = axes[j]
-        return (f"({lerp(j - 1, [f'lo{a}', *picks])} * wl{a} + {lerp(j - 1, [f'hi{a}', *picks])} * wh{a})")
-
-    lines += [f"    out0[g] = {lerp(len(axes) - 1, [])};", "}"]
-    k = launch_1d(y.numel)
-    return Lowered([Kernel("\n".join(lines) + "\n", k.global_size, k.local_size)])

@@ -70,7 +70,8 @@ def scan_template(ctx: Ctx) -> Lowered:
     what = (f"{ctx.op_name} over {steps} steps, batch {batch}, hidden {hidden}"
             + (", reversed" if ctx.attr("reverse") else "")
             + f": {local} work-item{'s' if local > 1 else ''} of {w} units")
-    src = prefix + f"__attribute__((reqd_work_group_size({local}, 1, 1)))\n" + kernel_source(what, params, body)
+    src = (prefix + f"__attribute__((reqd_work_group_size({local}, 1, 1)))\n"
+           + kernel_source(what, params, body))
     n_in, n_out = len(ctx.operands), len(ctx.results)
     args = tuple([f"in{i}" for i in range(n_in)] + [f"out{j}" for j in range(n_out)]
                  + [f"tmp{k}" for k in range(len(scratch))])
@@ -136,7 +137,8 @@ class Scan:
         lines += [f"__global const {self.c}* rp = in1 + u * {H * gw};",
                   f"for (int k = 0; k < {H}; ++k, rp += {gw}) {{",
                   f"    const {v.t} hk = ({v.t})({h}[b * {H} + k]);"]
-        lines += [f"    {name} = fma(hk, {v.load('rp', str(col // H * self.w))}, {name});" for name, col, _ in accs]
+        lines += [f"    {name} = fma(hk, {v.load('rp', str(col // H * self.w))}, {name});"
+                  for name, col, _ in accs]
         return lines + ["}"]
 
     def xw(self, gate: int) -> str:
