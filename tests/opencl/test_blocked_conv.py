@@ -168,6 +168,21 @@ def test_conv2d_blocked_input_read_in_place() -> None:
         assert not low.schedule["in_place"] and re.search(r"repack blocked x", low.kernels[0].source)
 
 
+@pytest.mark.parametrize("case", [
+    conv_case(1, 32, 32, 10, 3, p=1, g=32),
+    conv_case(2, 24, 24, 9, 5, s=2, p=2, g=24),  # batch 2, 5x5 stride 2, a partial block
+    conv_case(1, 16, 16, (7, 12), 3, p=1, g=16, bias=False),
+], ids=["3x3", "5x5-stride2-batch2", "rectangular"])
+def test_depthwise_blocked_input_with_pads_fills_local_memory(case) -> None:
+    """A padded depthwise conv reading NCHW16c copies its work-group's block into local memory itself:
+    one launch, no repack kernel, no scratch."""
+    for out_block in (0, 16):
+        low = check_blocked("conv2d", *case, 16, out_block, epilogue=True)
+        assert low.schedule.get("local_repack") == 1 and low.scratch == [], low.schedule
+        assert len(low.kernels) == 1 + (out_block and case[0][0].shape[1] % 16 != 0)
+        assert "repack blocked x" not in low.kernels[0].source and "__local float L[" in low.kernels[0].source
+
+
 def test_conv2d_blocked_schedule_and_refusals() -> None:
     ins, attrs = conv_case(1, 32, 16, 10, 3, p=1)
     check_blocked(

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from tessel.ir.types import TensorType
 from tessel.targets.opencl.kernels.base import DeviceInfo, NotLowerable
+from tessel.targets.opencl.kernels.conv import pick_tile
 from tessel.targets.opencl.kernels.testing import check_op
 from tessel.targets.opencl.kernels.testing import lower_op as lower_for
 
@@ -361,3 +362,12 @@ def test_avx2_depthwise_tiles(case) -> None:  # noqa: ANN001
     wide = lower_op("conv2d", types, case[1])[1]
     assert wide.schedule["tile_h"] * wide.schedule["tile_w"] > 8
     check_op("conv2d", *case, info=AVX2, **TOL)
+
+
+@pytest.mark.parametrize("hw", [40, 20, 10, 80])
+def test_avx2_exact_tiles_of_fewer_pixels(hw: int) -> None:
+    """On AVX2 (6 accumulators) a 1x1 conv whose output no 6-pixel tile divides (40x40, 20x20, 10x10)
+    takes a 4- or 5-pixel tile that does, so it reads its blocked input in place: no repack launch."""
+    tile = pick_tile(hw, hw, exact=True, cap=6)
+    assert tile != (0, 0) and hw % tile[0] == 0 and hw % tile[1] == 0 and 4 <= tile[0] * tile[1] <= 6
+    assert pick_tile(hw, hw, exact=True, cap=30)[0] * pick_tile(hw, hw, exact=True, cap=30)[1] >= 7
