@@ -21,7 +21,17 @@ at most a couple of layout changes.
 
 What is left are layout changes at anchors (fused into their kernels) and the boundaries the layout could
 not cross: each is a missed remark (`not-layout-agnostic`: an op such as batch_norm, lrn or reshape;
-`layout-mismatch`: an elementwise op with an NCHW operand, a function result; `channels-not-multiple`).
+`layout-mismatch`: an elementwise op with an NCHW operand, a function result; `channels-not-multiple`;
+`padding-channels`: an elementwise op outside ZERO_SAFE on a padded block).
+
+Padded blocks: channels that are no multiple of the block but fill at least half of one and pad by at most
+a third (72 -> 80, 24 -> 32, 40 -> 48) are blocked too, the last block's padding channels zero (mobilenet_v3's
+72-, 88-, 40- and 120-channel convs ran NCHW at a third of the blocked speed). Their padding never reaches a
+real channel: convs read it through zero-padded weights, pools and elementwise ops keep to their lane, an
+unpack crops it, and a concat along channels (whose offsets it would shift) and grouped convs take whole
+blocks only. What the padding holds must stay finite (0 times inf is NaN), so an elementwise op sinks into a
+padded block only when it is in ZERO_SAFE (no div, log, reciprocal, ...). Kernels may store zeros in the
+padding where the IR's ops would compute f(0): nothing reads it.
 Each connected blocked region gets a passed remark ("NCHW16c region of 53 convs ..."). For
 `layout=nhwc` the layout changes are transposes ([0, 2, 3, 1] and back) and every conv is an anchor.
 """
@@ -44,6 +54,15 @@ from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 ANCHORS = ("conv2d", *POOLS)
+# elementwise ops that are finite wherever their operands are, so the padding channels of a padded block
+# (zeros after a conv, then whatever these make of them) stay finite: a conv reading them multiplies them
+# by its zero-padded weights. Not div, log, reciprocal, rsqrt, pow, ...: 1/0 in a padding channel times a
+# zero weight is NaN in a real one.
+ZERO_SAFE = frozenset({
+    "add", "sub", "mul", "neg", "abs", "relu", "clip", "leaky_relu", "elu", "selu", "celu", "sigmoid",
+    "hard_sigmoid", "hard_swish", "tanh", "gelu", "erf", "silu", "mish", "softplus", "softsign", "max",
+    "min", "prelu", "identity", "floor", "ceil", "round", "sign", "exp",
+})
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
@@ -65,7 +84,17 @@ class Layout:
         return 1 if self.kind == "nchwc" else 3
 
     def accepts(self, channels: int) -> bool:
+        """Whole blocks: what a concat along channels and a grouped conv's groups need."""
         return self.kind == "nhwc" or channels % self.block == 0
+
+    def pads(self, channels: int) -> bool:
+        """Channels an anchor takes blocked with the last block zero-padded: at least half a block, and
+        at most a third more than there are (72 -> 80, 24 -> 32, 40 -> 48; not 3 -> 16)."""
+        padded = -(-channels // self.block) * self.block
+        return self.kind == "nchwc" and 2 * channels >= self.block and 3 * padded <= 4 * channels
+
+    def takes(self, channels: int) -> bool:
+        return self.accepts(channels) or self.pads(channels)
 
     def _tiles(self, op: Op) -> bool:
         return (
@@ -131,7 +160,7 @@ class Layout:
             return tuple(d[p] for p in TO_NHWC)
         if d[1] == 1:
             return (*d, 1)  # broadcasts along both channel axes
-        if d[1] != channels or channels % self.block:
+        if d[1] != channels or not self.takes(channels):
             return None
         return packed_shape(d, [1], [self.block], list(range(4)))
 
@@ -142,7 +171,10 @@ class Layout:
         if a.shape[1] == 1:
             return a.reshape(*a.shape, 1)
         n, c, h, w = a.shape
-        return np.ascontiguousarray(a.reshape(n, c // self.block, self.block, h, w).transpose(0, 1, 3, 4, 2))
+        if c % self.block:  # the last block's padding channels are zeros
+            a = np.pad(a, [(0, 0), (0, -c % self.block), (0, 0), (0, 0)])
+        cb = a.shape[1] // self.block
+        return np.ascontiguousarray(a.reshape(n, cb, self.block, h, w).transpose(0, 1, 3, 4, 2))
 
 
 def _ints(op: Op, name: str) -> list[int]:
@@ -249,13 +281,13 @@ class PropagateLayout(Pass):
             ctx.remark_missed("layout", "unsupported-type", [conv], f"conv2d on {x}: 4-D f32 only")
             return
         c_in, c_out = x.dims[1], y.dims[1]
-        side_in, side_out = lay.accepts(c_in), lay.accepts(c_out)
+        side_in, side_out = lay.takes(c_in), lay.takes(c_out)
         g = conv.attrs.get("groups", 1)
         groups = g if isinstance(g, int) else 1
         if 1 < groups < c_in and lay.kind == "nchwc":
             # a grouped (not depthwise) conv reads and writes whole blocks only when its groups do
-            side_in = side_in and lay.accepts(c_in // groups)
-            side_out = side_out and lay.accepts(c_out // groups)
+            side_in = lay.accepts(c_in) and lay.accepts(c_in // groups)
+            side_out = lay.accepts(c_out) and lay.accepts(c_out // groups)
             if not (side_in or side_out):
                 self.stat("num-refused")
                 ctx.remark_missed(
@@ -272,7 +304,8 @@ class PropagateLayout(Pass):
                 "layout",
                 "channels-not-multiple",
                 [conv],
-                f"conv2d {c_in} -> {c_out} channels: neither is a multiple of {lay.block}",
+                f"conv2d {c_in} -> {c_out} channels: neither is a multiple of {lay.block} or pads to one "
+                f"with less than a third more",
             )
             return
         self.stat("num-anchored")
@@ -294,7 +327,7 @@ class PropagateLayout(Pass):
             # reading NCHW whose result a conv reads blocked (writing the layout is free)
             if not _top_level(op):
                 return False
-            if len(op.results) != 1 or op.result.type.rank != 4 or not lay.accepts(op.result.type.dims[1]):
+            if len(op.results) != 1 or op.result.type.rank != 4 or not lay.takes(op.result.type.dims[1]):
                 return False
             users = op.result.users
             if len(users) == 1 and lay.is_to(users[0]):
@@ -320,7 +353,7 @@ class PropagateLayout(Pass):
             if not _top_level(op):
                 return False
             inner = op.operands[0].op
-            if not (lay.is_to(op) and lay.is_back(inner)) or not lay.accepts(op.operands[0].type.dims[1]):
+            if not (lay.is_to(op) and lay.is_back(inner)) or not lay.takes(op.operands[0].type.dims[1]):
                 return False
             assert inner is not None
             if inner.operands[0].type != op.result.type:
@@ -383,6 +416,8 @@ class PropagateLayout(Pass):
             out = op.result.type
             if out.rank != 4 or not out.is_static or not any(lay.is_back(v.op) for v in op.operands):
                 return False
+            if not lay.accepts(out.dims[1]) and op.name not in ZERO_SAFE:
+                return False  # padding channels would hold f(0, ...): only ops keeping them finite
             if not all(lay.is_back(v.op) and v.type == out or const_attr(v) is not None for v in op.operands):
                 return False
             if any(
@@ -616,6 +651,15 @@ class PropagateLayout(Pass):
                     op,
                     "channels-not-multiple",
                     f"'concat' has inputs with channels not a multiple of {lay.block}",
+                    [u],
+                )
+            c = op.result.type.dims[1] if op.result.type.rank == 4 else 0
+            if d is not None and d.has("elementwise") and not lay.accepts(c) and u.name not in ZERO_SAFE:
+                return (
+                    op,
+                    "padding-channels",
+                    f"'{u.name}' stays in NCHW: {c} channels pad the last block of {lay.block}, and "
+                    f"'{u.name}' may make its zero padding non-finite",
                     [u],
                 )
             if (

@@ -179,8 +179,19 @@ def test_depthwise_blocked_input_with_pads_fills_local_memory(case) -> None:
     for out_block in (0, 16):
         low = check_blocked("conv2d", *case, 16, out_block, epilogue=True)
         assert low.schedule.get("local_repack") == 1 and low.scratch == [], low.schedule
-        assert len(low.kernels) == 1 + (out_block and case[0][0].shape[1] % 16 != 0)
+        assert len(low.kernels) == 1  # the padding lanes of a partial block zeroed by the stores
         assert "repack blocked x" not in low.kernels[0].source and "__local float L[" in low.kernels[0].source
+
+
+def test_dense_conv_partial_block_zeroes_its_padding_in_the_stores() -> None:
+    """A 16-wide column storing a partial output block (24 channels) writes the padding lanes' zeros
+    itself: whole columns one vector store a pixel, the last one lane by lane; no zeroing kernel."""
+    ins, attrs = conv_case(1, 16, 24, 9, 3, p=1)
+    low = check_blocked("conv2d", ins, attrs, 16, 16, epilogue=True, schedule={"cols": 16, "vcols": 1})
+    assert len(low.kernels) == 2 and "zero channels" not in low.kernels[-1].source  # repack + conv
+    ins, attrs = conv_case(1, 16, 40, 8, 1)  # two whole columns and a partial one
+    low = check_blocked("conv2d", ins, attrs, 16, 16, epilogue=True, schedule={"cols": 16, "vcols": 1})
+    assert not any("zero channels" in k.source for k in low.kernels)
 
 
 def test_conv2d_blocked_schedule_and_refusals() -> None:

@@ -342,6 +342,24 @@ def test_blocked_conv_bias_relu_residual() -> None:
     assert launch.attrs["schedule"]["out_block"] == 16
 
 
+def test_blocked_conv_with_a_partial_channel_block() -> None:
+    """24 output channels in blocks of 16 (what propagate-layout pads 24 -> 32 to): the epilogue runs on
+    the 24 real channels, the last block's 8 padding lanes are stored as zeros, matching the reference,
+    where hard_swish(0) = 0 keeps the pack's zero padding."""
+    xb, yb, w, b = T(1, 1, 8, 8, 16), T(1, 2, 8, 8, 16), T(24, 16, 3, 3), T(24, 1, 1)
+    x, y = T(1, 16, 8, 8), T(1, 24, 8, 8)
+    lay = "inner_dims_pos = [1], inner_tiles = [16]"
+    body = f"""
+    %x = unpack %_xb {{{lay}, shape = [1, 16, 8, 8]}} : ({xb}) -> {x}
+    %c = conv2d %x, %_w {{pads = [1, 1, 1, 1]}} : ({x}, {w}) -> {y}
+    %a = add %c, %_b : ({y}, {b}) -> {y}
+    %p = pack %a {{{lay}}} : ({y}) -> {yb}
+    %h = hard_swish %p : ({yb}) -> {yb}
+    yield %h : {yb}"""
+    _, (got,) = run(module({"xb": xb}, {"w": w, "b": b}, body, ["xb", "w", "b"], [yb], "epilogue"))
+    assert (got[:, 1, ..., 8:] == 0).all()
+
+
 def test_blocked_max_pool_with_epilogue() -> None:
     xb, x, y, yb = T(1, 1, 9, 9, 16), T(1, 16, 9, 9), T(1, 16, 4, 4), T(1, 1, 4, 4, 16)
     lay = "inner_dims_pos = [1], inner_tiles = [16]"

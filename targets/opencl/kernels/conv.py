@@ -394,8 +394,9 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
     makes the index names unique when several columns are stored in one scope."""
     lines = []
     ctail = geo.o % width != 0
-    # blocked output, lanes consecutive in memory: one vector store a pixel
-    vector = bool(geo.out_block) and width > 1 and geo.out_block % width == 0 and not lane_limit and not ctail
+    # blocked output, lanes consecutive in memory: one vector store a pixel; with a channel tail (72
+    # channels in blocks of 16) the columns that are whole still store a vector, the last one lane by lane
+    vector = bool(geo.out_block) and width > 1 and geo.out_block % width == 0 and not lane_limit
     for i, acc in enumerate(accs):
         y, x = divmod(i, tw)
         conds = []
@@ -412,8 +413,12 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
         if vector:
             v = acc + (f" + vload{width}(0, in2 + {oc})" if has_bias else "")
             v = epilogue(f"({v})", yi, width) if epilogue else v
-            lines.append(f"{ind}vstore{width}({v}, 0, Y + {yi});")
-        for j in range(0 if vector else width):
+            if ctail:
+                lines.append(f"{ind}if ({oc} + {width} <= {geo.o}) {{ vstore{width}({v}, 0, Y + {yi}); }}")
+                lines.append(f"{ind}else {{")
+            else:
+                lines.append(f"{ind}vstore{width}({v}, 0, Y + {yi});")
+        for j in range(width if not vector or ctail else 0):
             v = lane(acc, j, width) + (f" + in2[{oc} + {j}]" if has_bias else "")
             if not geo.out_block:
                 idx = f"{yi} + {j * geo.ho * geo.wo}"
@@ -427,8 +432,12 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
             store = f"Y[{idx}] = {v};"
             if lane_limit and j:
                 lines.append(f"{ind}if ({j} < lim) {store}")
+            elif vector and ctail and j:  # the last column's padding lanes: zeros, written here
+                lines.append(f"{ind}if ({oc} + {j} < {geo.o}) {store} else Y[{idx}] = 0.0f;")
             else:
                 lines.append(f"{ind}if ({oc} + {j} < {geo.o}) {store}" if ctail and j else f"{ind}{store}")
+        if vector and ctail:
+            lines.append(f"{ind}}}")
         if conds:
             lines.append("    }")
     return lines
@@ -765,8 +774,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     grid = (math.ceil(along / local) * local, tiles * blocks // along, geo.n)
     main = Kernel(src, grid, (local, 1, 1), args)
     kernels = [main] if in_place or local_repack else [first, main]
-    if out_block and geo.o % out_block:
-        kernels.append(zero_channel_tail(geo))
+    if out_block and geo.o % out_block and not (width == out_block and (nc == 1 or depthwise)):
+        kernels.append(zero_channel_tail(geo))  # else store_pixels writes the padding lanes' zeros itself
     schedule: dict[str, int | bool] = {"tile_h": th, "tile_w": tw, "cols": width}
     if not depthwise:
         schedule["cin_block"] = cb
