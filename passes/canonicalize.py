@@ -114,6 +114,19 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
             return True
         return False
 
+    def unary_before_reshape(op: Op, rw: Rewriter) -> bool:
+        # f(reshape(x)) -> reshape(f(x)) for a one-operand elementwise f, when the reshape has no other use:
+        # f then sits on x's producer, whose kernel can take it as an epilogue (GPT-2's gelu after a gemm)
+        r = op.operands[0].op
+        if r is None or r.name != "reshape" or len(op.results) != 1 or len(r.result.uses) != 1:
+            return False
+        x = r.operands[0]
+        moved = rw.create(op, op.name, [x], [op.result.type.with_shape(x.type.shape)], dict(op.attrs))
+        back = rw.create(op, "reshape", [moved.result], [op.result.type], dict(r.attrs), r.loc)
+        back.result.name = op.result.name
+        rw.replace_op(op, [back.result])
+        return True
+
     patterns: dict[str, list[Pattern]] = {
         "add": [neutral(0.0, True)],
         "sub": [neutral(0.0, False)],
@@ -133,12 +146,15 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
     for name, opdef in load_all().items():
         if opdef.has("commutative") and len(opdef.operands) == 2:
             patterns.setdefault(name, []).append(constant_to_rhs)
+        if opdef.has("elementwise") and len(opdef.operands) == 1 and not opdef.regions:
+            patterns.setdefault(name, []).append(unary_before_reshape)
     return patterns
 
 
 @dataclass
 class Canonicalize(Pass):
-    """Simplify ops to canonical form: neutral elements, transpose/reshape composition, no-op removal."""
+    """Simplify ops to canonical form: neutral elements, transpose/reshape composition, no-op removal,
+    unary elementwise ops before reshapes."""
 
     NAME = "canonicalize"
     STATISTICS = {"num-rewrites": "Number of rewrites applied (patterns and dead ops erased)"}
