@@ -371,3 +371,13 @@ def test_avx2_exact_tiles_of_fewer_pixels(hw: int) -> None:
     tile = pick_tile(hw, hw, exact=True, cap=6)
     assert tile != (0, 0) and hw % tile[0] == 0 and hw % tile[1] == 0 and 4 <= tile[0] * tile[1] <= 6
     assert pick_tile(hw, hw, exact=True, cap=30)[0] * pick_tile(hw, hw, exact=True, cap=30)[1] >= 7
+
+
+def test_avx2_grouped_conv_tiles_count_eight_lane_columns() -> None:
+    """A grouped conv whose groups hold 136 channels (shufflenet) stores 8-lane columns: one AVX2 register
+    each, so its tile holds up to 14 pixels (accumulators(8)), not the 6 of 16-lane columns; correct."""
+    case = conv_case(1, 544, 544, 14, 1, g=4)
+    types = [TensorType.of(a) for a in case[0]]
+    low = lower_for("conv2d", types, case[1], info=AVX2)[1]
+    assert low.schedule["cols"] == 8 and 7 <= low.schedule["tile_h"] * low.schedule["tile_w"] <= 14
+    check_op("conv2d", *case, info=AVX2, **TOL)
