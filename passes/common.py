@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr
 from ..ir.core import Loc, Module, Op, Value
-from ..ir.ops.registry import get_op, op_sig
+from ..ir.ops.registry import OpError, get_op, op_sig
 from ..ir.types import TensorType
 
 _SPLAT_CACHE: dict[str, object] = {}
@@ -75,6 +75,16 @@ def evaluate(op: Op, inputs: list[np.ndarray], module: Module) -> list[np.ndarra
     outs = list(out) if isinstance(out, list | tuple) else [out]
     return [np.asarray(o).astype(t.np_dtype, copy=False).reshape(t.dims)
             for o, t in zip(outs, op.result_types, strict=True)]
+
+
+def infer_type(name: str, operands: list[TensorType], attrs: dict) -> TensorType | None:
+    """The single result type `name` would have, or None when it rejects the operands or attributes."""
+    opdef = get_op(name)
+    assert opdef is not None
+    try:
+        return opdef.infer(opdef.sig(operands, attrs))[0]
+    except OpError:
+        return None
 
 
 def const_op(anchor_loc: Loc, attr: DenseAttr | ResourceAttr) -> Op:

@@ -31,8 +31,7 @@ import numpy as np
 
 from ..ir.core import Module, Op, Value
 from ..ir.types import TensorType
-from .common import Refusal, const_array, const_op, make_const_attr
-from .fold_pad import infer_type
+from .common import Refusal, const_array, const_op, infer_type, make_const_attr
 from .manager import Pass, PassContext
 from .rewrite import Rewriter, apply_patterns_greedily
 

@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 
 from ..ir.core import Module, Op, fuse_locs
-from ..ir.ops.registry import OpError, get_op
-from ..ir.types import TensorType
+from ..ir.ops.registry import get_op
+from .common import infer_type
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
@@ -36,16 +36,6 @@ def _attrs(op: Op) -> dict:
     opdef = get_op(op.name)
     assert opdef is not None
     return opdef.with_defaults(op.attrs)
-
-
-def infer_type(name: str, operands: list[TensorType], attrs: dict) -> TensorType | None:
-    """The single result type `name` would have, or None when it rejects the operands or attributes."""
-    opdef = get_op(name)
-    assert opdef is not None
-    try:
-        return opdef.infer(opdef.sig(operands, attrs))[0]
-    except OpError:
-        return None
 
 
 def spatial_pads(pad: Op) -> tuple[str, str] | list[int]:

@@ -61,7 +61,7 @@ ANCHORS = ("conv2d", *POOLS)
 ZERO_SAFE = frozenset({
     "add", "sub", "mul", "neg", "abs", "relu", "clip", "leaky_relu", "elu", "selu", "celu", "sigmoid",
     "hard_sigmoid", "hard_swish", "tanh", "gelu", "erf", "silu", "mish", "softplus", "softsign", "max",
-    "min", "prelu", "identity", "floor", "ceil", "round", "sign", "exp",
+    "min", "prelu", "identity", "floor", "ceil", "round", "sign",
 })
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 

@@ -606,6 +606,10 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
         raise NotLowerable(f"one pack, after {', '.join(BLOCKED)} only")
     pack = packs[0] if packs else None
     out_block = channel_block(pack, rg.sig(pack)) if pack else 0
+    if out_block and main.type.dims[1] % out_block and anchor.name != "conv2d":
+        # a pool's epilogue runs on whole vectors, padding lanes too, where an NCHW operand of the chain
+        # would be read past its end; the conv evaluates it on real channels only
+        raise NotLowerable(f"{main.type.dims[1]} channels are not whole blocks of {out_block}")
     if result is not main and not any(op.results[0] is result for op in ops):
         raise NotLowerable("the yield is not the anchor's chain")
     check_types(ctx, *ops)
