@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.core import Module, Op, Value
+from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
 from .common import Refusal, const_array, const_op, infer_type, make_const_attr
 from .manager import Pass, PassContext
@@ -64,8 +65,9 @@ class DecomposeConvTranspose(Pass):
 
         def decompose(op: Op, rw: Rewriter) -> bool:
             x, w = op.operands[:2]
-            a = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1,
-                 "output_padding": [0, 0], **op.attrs}
+            opdef = get_op(op.name)
+            assert opdef is not None
+            a = opdef.with_defaults(op.attrs)
             if any(d != 1 for d in a["dilations"]):
                 return refuse(op, Refusal("dilations", f"dilations {list(a['dilations'])} are not 1"))
             sh, sw = (int(v) for v in a["strides"])

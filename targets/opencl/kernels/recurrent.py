@@ -63,10 +63,9 @@ def scan_template(ctx: Ctx) -> Lowered:
     cell = {"lstm_scan": _lstm, "gru_scan": _gru, "rnn_scan": _rnn}[ctx.op_name]
     s = Scan(ctx, c, w, steps, batch, hidden, width, local)
     body, params, scratch = cell(s)
-    lengths = [int(n) for n in ctx.attr("lengths")]
     prefix = ""
-    if lengths and any(n < steps for n in lengths):
-        prefix = f"__constant int KERNEL_len[{batch}] = {{{', '.join(map(str, lengths))}}};\n"
+    if s.masked:
+        prefix = f"__constant int KERNEL_len[{batch}] = {{{', '.join(map(str, s.lengths))}}};\n"
     what = (f"{ctx.op_name} over {steps} steps, batch {batch}, hidden {hidden}"
             + (", reversed" if ctx.attr("reverse") else "")
             + f": {local} work-item{'s' if local > 1 else ''} of {w} units")
@@ -83,8 +82,7 @@ def scan_template(ctx: Ctx) -> Lowered:
 def _empty(ctx: Ctx, c: str) -> Lowered:
     """No steps, batch or units: the states are h0 (and c0) as they came, y is empty."""
     n = ctx.results[1].numel
-    params = ([f"__global const {c}* restrict in{i}" for i in range(len(ctx.operands))]
-              + [f"__global {c}* restrict out{j}" for j in range(len(ctx.results))])
+    params = _params(c, len(ctx.operands), len(ctx.results), 0)
     body = ["const int i = get_global_id(0);", f"if (i >= {n}) return;", "out1[i] = in2[i];"]
     if ctx.op_name == "lstm_scan":
         body.append("out2[i] = in3[i];")
@@ -102,10 +100,11 @@ class Scan:
         self.v = V(c, w)
         self.G = width // hidden
         self.bh = batch * hidden
-        clip = float(ctx.attr("clip"))
-        self.clip = clip
-        lengths = [int(n) for n in ctx.attr("lengths")]
-        self.masked = bool(lengths) and any(n < steps for n in lengths)
+        self.bj = f"b * {hidden} + j"  # this work-item's units of batch b in a [B, H] state
+        self.state_bytes = self.bh * _size(ctx.results[1])
+        self.clip = float(ctx.attr("clip"))
+        self.lengths = [int(n) for n in ctx.attr("lengths")]
+        self.masked = any(n < steps for n in self.lengths)
 
     def lit(self, x: float) -> str:
         return flit(x, self.c)
@@ -117,10 +116,7 @@ class Scan:
         return f"({self.lit(1.0)} / ({self.lit(1.0)} + exp(-({e}))))"
 
     def params(self, n_in: int, n_out: int, n_tmp: int) -> list[str]:
-        c = self.c
-        return ([f"__global const {c}* restrict in{i}" for i in range(n_in)]
-                + [f"__global {c}* restrict out{j}" for j in range(n_out)]
-                + [f"__global {c}* restrict tmp{k}" for k in range(n_tmp)])
+        return _params(self.c, n_in, n_out, n_tmp)
 
     def units(self, lines: list[str]) -> list[str]:
         """`lines` for each of this work-item's units j (and each batch b)."""
@@ -144,15 +140,12 @@ class Scan:
     def xw(self, gate: int) -> str:
         return self.v.load("in0", f"(t * {self.B} + b) * {self.GH} + {gate * self.H} + j")
 
-    def at(self, base: str) -> str:
-        return f"{base} + b * {self.H} + j"
-
     def update(self, new_h: str, extra: list[str]) -> list[str]:
         """Writes step t's h (and, via `extra`, other state) or, past the batch's length, keeps the old."""
         v = self.v
-        keep = [v.store(v.load("hp", f"b * {self.H} + j"), "hn", f"b * {self.H} + j"),
+        keep = [v.store(v.load("hp", self.bj), "hn", self.bj),
                 v.store(v.splat(self.lit(0.0)), "out0", f"(t * {self.B} + b) * {self.H} + j")]
-        write = [v.store(new_h, "hn", f"b * {self.H} + j"),
+        write = [v.store(new_h, "hn", self.bj),
                  v.store(new_h, "out0", f"(t * {self.B} + b) * {self.H} + j"), *extra]
         if not self.masked:
             return write
@@ -171,7 +164,7 @@ class Scan:
                 f"__global const {self.c}* hl = tmp0 + {(T & 1) * self.bh};", *final]
 
     def copy(self, src: str, dst: str) -> str:
-        return self.v.store(self.v.load(src, f"b * {self.H} + j"), dst, f"b * {self.H} + j")
+        return self.v.store(self.v.load(src, self.bj), dst, self.bj)
 
 
 def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
@@ -181,7 +174,7 @@ def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
     fused = bool(s.ctx.attr("input_forget"))
     init = s.units([s.copy("in2", "tmp0"), s.copy("in3", "out2")])
     cell = s.matvec([(f"a{g}", g * H, s.xw(g)) for g in range(4)], "hp")
-    cell.append(f"const {v.t} cp = {v.load('out2', f'b * {H} + j')};")
+    cell.append(f"const {v.t} cp = {v.load('out2', s.bj)};")
     if peep:
         cell += [f"const {v.t} p{k} = {v.load('in4', f'{k * H} + j')};" for k in range(3)]
     gi = "a0 + p0 * cp" if peep else "a0"
@@ -192,10 +185,10 @@ def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
     cell.append(f"const {v.t} cn = gf * cp + gi * tanh({s.clipped('a3')});")
     go = "a1 + p1 * cn" if peep else "a1"
     cell.append(f"const {v.t} hnew = {s.sigmoid(s.clipped(go))} * tanh(cn);")
-    cell += s.update("hnew", [v.store("cn", "out2", f"b * {H} + j")])
+    cell += s.update("hnew", [v.store("cn", "out2", s.bj)])
     final = s.units([s.copy("hl", "out1")])
     n_in = len(s.ctx.operands)
-    return s.loop(init, s.units(cell), final), s.params(n_in, 3, 1), [2 * s.bh * _size(s.ctx.results[1])]
+    return s.loop(init, s.units(cell), final), s.params(n_in, 3, 1), [2 * s.state_bytes]
 
 
 def _gru(s: Scan) -> tuple[list[str], list[str], list[int]]:
@@ -207,7 +200,7 @@ def _gru(s: Scan) -> tuple[list[str], list[str], list[int]]:
     rbh = v.load("in3", "j")
     zero = v.splat(s.lit(0.0))
     one = v.splat(s.lit(1.0))
-    hp = v.load("hp", f"b * {H} + j")
+    hp = v.load("hp", s.bj)
     if lbr:
         cell = s.matvec([("az", 0, s.xw(0)), ("ar", H, s.xw(1)), ("ah", 2 * H, zero)], "hp")
         cell += [f"const {v.t} z = {s.sigmoid(s.clipped('az'))};",
@@ -215,18 +208,18 @@ def _gru(s: Scan) -> tuple[list[str], list[str], list[int]]:
                  f"const {v.t} cand = tanh({s.clipped(f'{s.xw(2)} + r * (ah + {rbh})')});",
                  f"const {v.t} hnew = ({one} - z) * cand + z * {hp};"]
         step = s.units(cell + s.update("hnew", []))
-        scratch = [2 * s.bh * _size(s.ctx.results[1])]
+        scratch = [2 * s.state_bytes]
         n_tmp = 1
     else:
         phase1 = s.matvec([("az", 0, s.xw(0)), ("ar", H, s.xw(1))], "hp")
-        phase1 += [v.store(s.sigmoid(s.clipped("az")), "tmp1", f"{s.bh} + b * {H} + j"),
-                   v.store(f"{s.sigmoid(s.clipped('ar'))} * {hp}", "tmp1", f"b * {H} + j")]
+        phase1 += [v.store(s.sigmoid(s.clipped("az")), "tmp1", f"{s.bh} + {s.bj}"),
+                   v.store(f"{s.sigmoid(s.clipped('ar'))} * {hp}", "tmp1", s.bj)]
         phase2 = s.matvec([("ah", 2 * H, zero)], "tmp1")
-        phase2 += [f"const {v.t} z = {v.load('tmp1', f'{s.bh} + b * {H} + j')};",
+        phase2 += [f"const {v.t} z = {v.load('tmp1', f'{s.bh} + {s.bj}')};",
                    f"const {v.t} cand = tanh({s.clipped(f'{s.xw(2)} + ah + {rbh}')});",
                    f"const {v.t} hnew = ({one} - z) * cand + z * {hp};"]
         step = s.units(phase1) + ["barrier(CLK_GLOBAL_MEM_FENCE);"] + s.units(phase2 + s.update("hnew", []))
-        scratch = [2 * s.bh * _size(s.ctx.results[1])] * 2
+        scratch = [2 * s.state_bytes] * 2
         n_tmp = 2
     final = s.units([s.copy("hl", "out1")])
     return s.loop(init, step, final), s.params(4, 2, n_tmp), scratch
@@ -242,7 +235,13 @@ def _rnn(s: Scan) -> tuple[list[str], list[str], list[int]]:
             "relu": f"fmax({pre}, {v.splat(s.lit(0.0))})"}[act]
     cell += [f"const {v.t} hnew = {expr};", *s.update("hnew", [])]
     final = s.units([s.copy("hl", "out1")])
-    return s.loop(init, s.units(cell), final), s.params(3, 2, 1), [2 * s.bh * _size(s.ctx.results[1])]
+    return s.loop(init, s.units(cell), final), s.params(3, 2, 1), [2 * s.state_bytes]
+
+
+def _params(c: str, n_in: int, n_out: int, n_tmp: int) -> list[str]:
+    return ([f"__global const {c}* restrict in{i}" for i in range(n_in)]
+            + [f"__global {c}* restrict out{j}" for j in range(n_out)]
+            + [f"__global {c}* restrict tmp{k}" for k in range(n_tmp)])
 
 
 def _size(t: TensorType) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....ir.types import TensorType
 from .base import (
     Ctx,
     Kernel,
@@ -110,7 +111,8 @@ def resize(ctx: Ctx) -> Lowered:
     return Lowered([Kernel("\n".join(lines) + "\n", k.global_size, k.local_size)])
 
 
-def _rows(what: str, x, y, T: str, idx: str, mode: str, axes: set[int], tables: list[str]) -> Kernel:  # noqa: ANN001
+def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, axes: set[int],
+          tables: list[str]) -> Kernel:
     """One work-item per output row of a resize of the last two axes (`axes`: which of them)."""
     r = x.rank
     h, w = x.dims[r - 2], x.dims[r - 1]
