@@ -93,12 +93,13 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 )
 @click.option(
     "--execution",
-    type=click.Choice(["auto", "pool", "inline"]),
+    type=click.Choice(["auto", "pool", "inline", "cooperative"]),
     default=None,
     help="OpenCL on PoCL's CPU device: 'pool' runs kernels on PoCL's worker threads, 'inline' on this "
-    "thread (PoCL's basic device: no wake-ups, one core), 'auto' starts on the pool and, from the 8th "
-    "run (or before timing --repeat 8+), keeps the fastest of the pool, inline and a hybrid of both "
-    "(small kernels inline, large ones on the pool). Default: "
+    "thread (PoCL's basic device: no wake-ups, one core), 'cooperative' runs each run as one persistent "
+    "kernel whose work-groups this thread and the pool's workers share (both cores, no wake-up per "
+    "launch), 'auto' starts on the pool and, from the 8th run (or before timing --repeat 8+), keeps the "
+    "fastest of the pool, inline, cooperative and a hybrid of pool and inline. Default: "
     "$TESSEL_EXECUTION, else auto. Other devices have one way to run.",
 )
 @click.option("--list-devices", is_flag=True, help="List the OpenCL devices and exit.")

@@ -81,13 +81,15 @@ class Step:
     flops: int = 0
     bytes: int = 0
     args: tuple[Any, ...] = ()  # the buffers bound to the kernel, to bind again on another program
+    arg_names: tuple[str, ...] = ()  # in<i> (read), out<j> and tmp<k> (written), as the launch names them
 
 
-EXECUTIONS = ("auto", "pool", "inline")
+EXECUTIONS = ("auto", "pool", "inline", "cooperative")
 """How an Executable runs on a device with an inline companion (device.inline_companion): `pool` on the
-device's own queue (PoCL's worker threads), `inline` on the companion's (the calling thread), `auto` on the
-pool until ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, or a hybrid plan
-of both (hybrid_plan; docs/opencl.md "Execution")."""
+device's own queue (PoCL's worker threads), `inline` on the companion's (the calling thread),
+`cooperative` as persistent kernels whose work-groups both share (cooperative.py), `auto` on the pool until
+ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, cooperative, or a hybrid plan
+of pool and inline (hybrid_plan; docs/opencl.md "Execution")."""
 ADAPT_AFTER = 8
 """Runs before `auto` compares the pool, inline and hybrid: a model run once or twice (a test, a one-shot
 tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
@@ -127,11 +129,13 @@ class Executable:
                 "error", f"unknown execution '{self.execution}' (expected one of {', '.join(EXECUTIONS)})"))
         self.companion = dev.inline_companion(self.device)
         self.running_on = "pool" if self.companion is not None else "device"
-        """Where runs go now: 'device' (no companion), 'pool', 'inline' or 'hybrid' (both, by placement)."""
+        """Where runs go now: 'device' (no companion), 'pool', 'inline', 'cooperative' or 'hybrid' (pool and
+        inline, by placement)."""
         self.adapt_note = ""
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
+        self._cooperative: Any = None  # a cooperative.Runner, made the first time it is used
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -169,6 +173,15 @@ class Executable:
         self._use_pool()
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
+        if self.execution == "cooperative":
+            if not self._use_cooperative():
+                raise DiagnosticError(Diagnostic(
+                    "error", "cooperative execution needs PoCL's pthread device with its basic companion "
+                    "and fine-grained SVM"))
+
+    def __del__(self) -> None:
+        if getattr(self, "_cooperative", None):
+            self._cooperative.drain()  # a worker may still be leaving the last run: keep its buffers
 
     # loading ----------------------------------------------------------------------------------------
     def _buffer(self, nbytes: int) -> Any:
@@ -185,11 +198,13 @@ class Executable:
         if b is None:
             a = np.ascontiguousarray(self.host[id(v)])
             mf = self.cl.mem_flags
-            b = (
-                self.cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
-                if a.nbytes
-                else self.cl.Buffer(self.context, mf.READ_ONLY, 4)
-            )
+            if self.svm:  # one address space for every buffer: cooperative runs pass addresses
+                b = self._buffer(a.nbytes)
+                b.mem[: a.nbytes] = a.reshape(-1).view(np.uint8)
+            elif a.nbytes:
+                b = self.cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+            else:
+                b = self.cl.Buffer(self.context, mf.READ_ONLY, 4)
             self.weight_bytes += a.nbytes
             self.buf[id(v)] = b
         return b
@@ -264,6 +279,7 @@ class Executable:
                     int(op.attrs.get("flops", 0)) if last else 0,
                     nbytes if last else 0,
                     args,
+                    tuple(k["args"]),
                 )
             )
 
@@ -318,12 +334,48 @@ class Executable:
 
     def place(self, where: Sequence[str]) -> None:
         """Run each step with work where `where` says ('pool' or 'inline', as another Executable's
-        `placement` of the same func): a profiling copy then runs as the one it profiles."""
+        `placement` of the same func; or 'cooperative' for every step): a profiling copy then runs as the
+        one it profiles."""
+        if list(where) == ["cooperative"] * len(self._live) and where:
+            if not self._use_cooperative():
+                raise ValueError("this device cannot run cooperatively")
+            return
         if len(where) != len(self._live) or not set(where) <= {"pool", "inline"}:
             raise ValueError(f"a placement of {len(self._live)} 'pool' or 'inline' steps, got {where!r}")
         if "inline" in where and self.companion is None:
             raise ValueError("this device has no inline companion to place steps on")
         self._set_plan(where)
+
+    def _cooperative_runner(self) -> Any:
+        """The cooperative.Runner of this executable (made the first time), or None where the device
+        cannot run cooperatively."""
+        if self._cooperative is None:
+            self._cooperative = False
+            if self.companion is not None and self.svm:
+                from . import cooperative as coop
+
+                steps = [self.steps[i] for i in self._live]
+                tasks = [coop.Task(s.name, s.global_size, s.local_size, tuple(
+                    (_address(a), a.mem.nbytes, not n.startswith("in"))
+                    for a, n in zip(s.args, s.arg_names, strict=True))) for s in steps]
+                the_plan = coop.plan(self._source, tasks)
+                program = None
+                if any(seg.kernel for seg in the_plan.segments):
+                    program = build_program(self.context, the_plan.source,
+                                            devices=[self.device, self.companion])
+                kernels = self._inline_kernels()[1]
+                inline = [(kernels[i], s.global_size, s.local_size)
+                          for i, s in zip(self._live, steps, strict=True)]
+                self._cooperative = coop.Runner(self.cl, self.context, self.device, self.companion,
+                                                the_plan, program, inline)
+        return self._cooperative or None
+
+    def _use_cooperative(self) -> bool:
+        if self._cooperative_runner() is None:
+            return False
+        self.running_on = "cooperative"
+        self.placement = ["cooperative"] * len(self._live)
+        return True
 
     def _use_inline(self) -> None:
         self._set_plan(["inline"] * len(self._live))
@@ -372,6 +424,14 @@ class Executable:
         times = {"pool": pool, "inline": inline}
         n = len(self._live)
         plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
+        if self._use_cooperative():
+            plans["cooperative"] = ["cooperative"] * n
+            self.enqueue(inputs)  # each device compiles the persistent kernels at their first launch
+            times["cooperative"] = wall()
+            self._use_inline()
+            times["inline"] = min(times["inline"], wall())
+            self._use_cooperative()
+            times["cooperative"] = min(times["cooperative"], wall())
         if n > 1:
             pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
             inline_us = self._step_us(self.companion, self._inline_kernels()[1])
@@ -385,7 +445,7 @@ class Executable:
         best = min(times, key=lambda k: times[k])
         if times[best] >= 0.95 * pool:
             best = "pool"
-        self._set_plan(plans[best])
+        self.place(plans[best])
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {v * 1e3:.3f} ms" for k, v in sorted(times.items(), key=lambda kv: kv[1])) + " a run"
 
@@ -411,6 +471,11 @@ class Executable:
                 self._out_plan.append(("buffer", (b, v.type.dims, v.type.np_dtype)))
 
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
+        if self.running_on == "cooperative":
+            for a, view in zip(inputs, self._in_views, strict=True):
+                np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
+            self._cooperative.run()
+            return [np.array(what) for _, what in self._out_plan], []
         cl, q = self.cl, self._segments[0][0]
         keep = []
         for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
@@ -477,10 +542,25 @@ class Executable:
             t0 = time.perf_counter()
             results, events = self.enqueue(inputs)
             stats.seconds.append(time.perf_counter() - t0)
-            if self.profile:
+            if self.profile and events:
+                for i, e in zip(self._live, events, strict=True):
+                    stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
+        if self.profile and self.running_on == "cooperative":
+            # one persistent kernel has no per-kernel events: time each kernel launched alone on the pool
+            # (both cores), as many times, over the buffers as the runs left them
+            launch = self.cl.enqueue_nd_range_kernel
+            for _ in range(max(repeat, 1)):
+                events = [launch(self._pool_queue, self.steps[i].kernel, self.steps[i].global_size,
+                                 self.steps[i].local_size) for i in self._live]
+                self._pool_queue.finish()
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
+
+
+def _address(b: Any) -> int:
+    """The host address of an SVM buffer (a `cl.SVM` over a numpy array)."""
+    return int(b.mem.__array_interface__["data"][0])
 
 
 def hybrid_plan(pool_us: Sequence[float], inline_us: Sequence[float], launch_pool: float,

@@ -75,7 +75,7 @@ def test_auto_settles_at_the_adapt_run_and_keeps_the_results() -> None:
         exe.run(x)
     assert exe.running_on == "pool" and not exe.adapt_note  # a short-lived executable measures nothing
     last = exe.run(x)  # the ADAPT_AFTER-th run
-    assert exe.running_on in ("pool", "inline", "hybrid")
+    assert exe.running_on in ("pool", "inline", "hybrid", "cooperative")
     assert exe.adapt_note.startswith(exe.running_on + ": ")
     assert "pool " in exe.adapt_note and "inline " in exe.adapt_note and exe.adapt_note.endswith(" ms a run")
     for a, b in zip(first, last, strict=True):

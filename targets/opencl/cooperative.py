@@ -1,0 +1,502 @@
+"""Cooperative execution: each run as persistent kernels whose work-groups the calling thread and PoCL's
+worker threads share.
+
+On PoCL's CPU device every launch costs a wake-up: the pool's second worker runs out of work-groups before
+the first finishes the kernel, goes to sleep, and the next kernel waits 5-20 µs in this VM for it to wake
+(docs/opencl.md "Execution"). The inline device has no wake-ups but one core. Cooperative execution keeps
+both cores and pays no wake-up per launch:
+
+- every kernel of the program without barriers becomes a plain function of its work-item ids
+  (`get_global_id(0)` -> `(_g0 * 4 + _l0)`, sizes as literals); one whose work-items fill `__local`
+  arrays and meet at one barrier becomes two (`Phased`: its fill, then the rest), its local arrays in the
+  participant's scratch memory. Kernels with other barriers run alone, on the inline device;
+- a persistent kernel calls them in program order: for each step it waits until the earlier steps it
+  depends on (those whose buffers share bytes with its own where either writes) are done, then claims
+  chunks of the step's work-groups from an atomic counter, runs them work-item by work-item, and adds
+  them to the step's done counter;
+- a run enqueues one such kernel on the pool (`tessel_pool`, every cooperative step; compute units - 1
+  work-groups of one work-item, so the calling thread is the last core), then runs each segment (a
+  maximal run of cooperative steps) as its own persistent kernel on the inline device, which runs it on
+  the calling thread inside the enqueue, and each lone step between them; a lone step's done flag is set
+  once it ran. The calling thread alone can finish every step, so nothing waits for a worker that has not
+  woken yet: a worker joins whatever step is current when it wakes, goes on past a lone step to the later
+  steps that do not depend on it, and leaves when it has nothing left to claim. The run is over when the
+  calling thread's last enqueue returns: no finish, no wake-up.
+
+Buffers are fine-grained SVM (one address space for the host, the pool and the inline device); each
+kernel's arguments are read from a table of addresses. The counters live in an SVM array of two halves
+used by alternate runs, so a worker still leaving run r reads its own half while run r + 1 starts; run
+r + 2 clears that half once run r's pool command has completed. The last counter of a half is an abort
+flag: when the calling thread's part of a run fails, it is set, and the pool's work-group leaves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+KERNEL_HEAD = re.compile(r"__kernel\s+void\s+(\w+)\s*\(")
+KERNEL_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((reqd_work_group_size|work_group_size_hint|vec_type_hint)"
+                              r"\([^()]*\)\)\)")
+ID_CALL = re.compile(
+    r"\bget_(global_id|local_id|group_id|local_size|num_groups|global_size|global_offset)\s*\(([^()]*)\)"
+)
+WORK_DIM = re.compile(r"\bget_work_dim\s*\(\s*\)")
+NOT_COOPERATIVE = ("work_group_", "async_work_group", "wait_group_events", "reqd_work_group_size",
+                   "mem_fence(", "printf(")
+"""Text that keeps a kernel out of a cooperative segment: its work-items do not run one after another."""
+LOCAL_DECL = re.compile(r"__local\s+(\w+)\s+(\w+)\s*\[\s*(\d+)\s*\]\s*;")
+BARRIER = re.compile(r"barrier\s*\(\s*CLK_(LOCAL|GLOBAL)_MEM_FENCE\s*(\|\s*CLK_\w+\s*)?\)\s*;")
+SIZES = {"float": 4, "int": 4, "uint": 4, "half": 2, "short": 2, "ushort": 2, "char": 1, "uchar": 1,
+         "double": 8, "long": 8, "ulong": 8}
+for _t, _n in list(SIZES.items()):
+    SIZES.update({f"{_t}{w}": _n * w for w in (2, 4, 8, 16)})
+SCRATCH_ALIGN = 128
+CHUNKS = 16
+"""A step's work-groups are claimed in about this many chunks: few atomics, and work left to balance."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One step with work, as the cooperative plan sees it."""
+
+    kernel: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    regions: tuple[tuple[int, int, bool], ...]  # per argument: (address, bytes, written)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of steps: cooperative (`kernel` is the persistent kernel's name) or one step alone."""
+
+    steps: tuple[int, ...]  # indices into the task list
+    kernel: str | None  # None: the step runs alone
+
+
+@dataclass
+class Plan:
+    source: str
+    segments: list[Segment]
+    table: list[int]  # the argument addresses, step by step
+    counters: int  # ints per half of the counter array: two a step, then the abort flag
+    scratch: int  # bytes of scratch memory a participant needs (the local arrays of phased kernels)
+
+
+def function_end(source: str, start: int) -> int:
+    """The index just past the `}` that closes the first `{` at or after `start` (comments skipped)."""
+    depth, i, n = 0, source.index("{", start), len(source)
+    while i < n:
+        c = source[i]
+        if c == "/" and source.startswith("//", i):
+            i = source.find("\n", i)
+            if i < 0:
+                return n
+            continue
+        if c == "/" and source.startswith("/*", i):
+            i = source.index("*/", i) + 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("unbalanced braces in the OpenCL program")
+
+
+def kernel_extents(source: str) -> dict[str, tuple[int, int, int]]:
+    """name -> (start of `__kernel`, index of its parameter list's `)`, end of the body)."""
+    out = {}
+    for m in KERNEL_HEAD.finditer(source):
+        close = source.index(")", m.end())
+        out[m.group(1)] = (m.start(), close, function_end(source, close))
+    return out
+
+
+def cooperative(text: str) -> bool:
+    return not any(s in text for s in NOT_COOPERATIVE)
+
+
+@dataclass(frozen=True)
+class Phased:
+    """A kernel whose work-items fill `__local` arrays and meet at one barrier: `fill` is what comes before
+    the barrier (only self-contained `{...}` blocks: nothing declared there is used after it), `rest` what
+    comes after; its local arrays become slices of the participant's scratch memory."""
+
+    arrays: tuple[tuple[str, str, int], ...]  # (type, name, elements)
+    fill: str
+    rest: str
+
+    @property
+    def scratch(self) -> int:
+        return sum(_align(SIZES[t] * n) for t, _, n in self.arrays)
+
+
+def _align(n: int) -> int:
+    return -(-n // SCRATCH_ALIGN) * SCRATCH_ALIGN
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = len(text) if j < 0 else j
+        elif text.startswith("/*", i):
+            i = text.index("*/", i) + 2
+        else:
+            break
+    return i
+
+
+def phased(body: str) -> Phased | None:
+    """`body` (a kernel's `{...}`) as a Phased kernel, or None when it is not of that form."""
+    inner = body[body.index("{") + 1 : body.rindex("}")]
+    arrays, blocks, i = [], [], 0
+    while True:
+        i = _skip_space(inner, i)
+        if i >= len(inner):
+            return None
+        m = LOCAL_DECL.match(inner, i)
+        if m:
+            if m.group(1) not in SIZES:
+                return None
+            arrays.append((m.group(1), m.group(2), int(m.group(3))))
+            i = m.end()
+            continue
+        if inner[i] == "{":
+            end = function_end(inner, i)
+            blocks.append(inner[i:end])
+            i = end
+            continue
+        m = BARRIER.match(inner, i)
+        if m and arrays and blocks:
+            rest = inner[m.end():]
+            if "barrier" in rest or LOCAL_DECL.search(rest):
+                return None
+            return Phased(tuple(arrays), "\n".join(blocks), rest)
+        return None
+
+
+def _sizes(task: Task) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """(groups, local) in three dims, or None when the global size is not a multiple of the local."""
+    g = tuple(task.global_size) + (1,) * (3 - len(task.global_size))
+    local = tuple(task.local_size or ()) or (1,) * len(task.global_size)
+    lo = tuple(local) + (1,) * (3 - len(local))
+    if any(x % y for x, y in zip(g, lo, strict=True)):
+        return None
+    return tuple(x // y for x, y in zip(g, lo, strict=True)), lo  # type: ignore[return-value]
+
+
+def _rewrite_ids(body: str, groups: Sequence[int], local: Sequence[int], dims: int) -> str:
+    """The work-item functions of OpenCL C in `body` as the function's id parameters and literal sizes."""
+
+    def value(kind: str, d: int) -> str:
+        if d > 2:
+            return "1" if kind in ("local_size", "num_groups", "global_size") else "0"
+        return {
+            "global_id": f"(_g{d} * {local[d]} + _l{d})",
+            "local_id": f"_l{d}",
+            "group_id": f"_g{d}",
+            "local_size": str(local[d]),
+            "num_groups": str(groups[d]),
+            "global_size": str(groups[d] * local[d]),
+            "global_offset": "0",
+        }[kind]
+
+    def sub(m: re.Match[str]) -> str:
+        kind, arg = m.group(1), m.group(2).strip()
+        if arg.isdigit():
+            return value(kind, int(arg))
+        return f"(({arg}) == 0 ? {value(kind, 0)} : ({arg}) == 1 ? {value(kind, 1)} : {value(kind, 2)})"
+
+    return WORK_DIM.sub(str(dims), ID_CALL.sub(sub, body))
+
+
+def dependencies(tasks: Sequence[Task], steps: Sequence[int]) -> dict[int, list[int]]:
+    """For each step of a segment, the earlier steps of the segment it must wait for: those sharing bytes
+    with it where either writes (transitively reduced: a step already implied by another is dropped)."""
+    deps: dict[int, list[int]] = {}
+    closure: dict[int, set[int]] = {}
+    for k, s in enumerate(steps):
+        direct = []
+        for t in reversed(steps[:k]):
+            if _conflict(tasks[s], tasks[t]):
+                direct.append(t)
+        keep: list[int] = []
+        implied: set[int] = set()
+        for t in direct:  # latest first: a later dependency implies what it depends on
+            if t not in implied:
+                keep.append(t)
+                implied |= closure[t]
+        deps[s] = sorted(keep)
+        closure[s] = set(keep) | implied
+    return deps
+
+
+def _conflict(a: Task, b: Task) -> bool:
+    for pa, na, wa in a.regions:
+        for pb, nb, wb in b.regions:
+            if (wa or wb) and pa < pb + nb and pb < pa + na:
+                return True
+    return False
+
+
+def plan(source: str, tasks: Sequence[Task]) -> Plan:
+    """The cooperative program and segments for `tasks` (the steps with work, in order) of the program
+    `source` (every step alone when none can run cooperatively)."""
+    extents = kernel_extents(source)
+    sizes: list[tuple[tuple[int, int, int], tuple[int, int, int]] | None] = []
+    forms: dict[str, Phased | None] = {}
+    for t in tasks:
+        ext = extents.get(t.kernel)
+        ok = ext is not None and cooperative(source[ext[0]:ext[2]])
+        if ok and ("barrier" in source[ext[1]:ext[2]] or "__local" in source[ext[1]:ext[2]]):
+            form = phased(source[ext[1]:ext[2]])
+            ok = form is not None
+            forms[t.kernel] = form
+        sizes.append(_sizes(t) if ok else None)
+    # segments: maximal runs of cooperative steps, and every other step alone
+    segments: list[Segment] = []
+    run: list[int] = []
+    for i, s in enumerate(sizes):
+        if s is None:
+            if run:
+                segments.append(Segment(tuple(run), f"tessel_coop_{len(segments)}"))
+                run = []
+            segments.append(Segment((i,), None))
+        else:
+            run.append(i)
+    if run:
+        segments.append(Segment(tuple(run), f"tessel_coop_{len(segments)}"))
+    # the program: each cooperative kernel as a function of its ids (two for a phased one), others dropped
+    used = {tasks[i].kernel: sizes[i] for i in range(len(tasks)) if sizes[i] is not None}
+    dims = {t.kernel: len(t.global_size) for t in tasks}
+    ids = ", const int _g0, const int _g1, const int _g2, const int _l0, const int _l1, const int _l2"
+    pieces, at = [], 0
+    for name, (start, close, end) in sorted(extents.items(), key=lambda kv: kv[1][0]):
+        pieces.append(source[at:start])
+        at = end
+        if name not in used:
+            continue
+        groups, local = used[name]  # type: ignore[misc]
+        # not inlined: one segment kernel holding every body would take LLVM minutes to optimize
+        head = source[start:close].replace("__kernel", "__attribute__((noinline)) static", 1) + ids
+        form = forms.get(name)
+        if form is None:
+            pieces.append(head + _rewrite_ids(source[close:end], groups, local, dims[name]))
+            continue
+        head += ", __global char* _scratch)"
+        views, off = [], 0
+        for t, a, n in form.arrays:
+            views.append(f"    __global {t}* {a} = (__global {t}*)(_scratch + {off});")
+            off += _align(SIZES[t] * n)
+        for suffix, code in (("_fill", form.fill), ("", form.rest)):
+            text = "\n".join(["{", *views, code, "}"]).replace("__local", "__global")
+            pieces.append(head.replace(f" {name}(", f" {name}{suffix}(", 1) + " "
+                          + _rewrite_ids(text, groups, local, dims[name]) + "\n")
+    pieces.append(source[at:])
+    scratch = max([f.scratch for f in forms.values() if f is not None] + [0])
+    out = [KERNEL_ATTRIBUTE.sub("", "".join(pieces)), RUNTIME]  # no kernels left for them
+    table: list[int] = []
+    base: dict[int, int] = {}
+    for i, t in enumerate(tasks):
+        base[i] = len(table)
+        table.extend(p for p, _, _ in t.regions)
+    deps = dependencies(tasks, range(len(tasks)))
+    emit = _Emitter(tasks, sizes, forms, base, deps, scratch)
+    if any(s is not None for s in sizes):
+        out.append(emit.kernel(POOL_KERNEL, [i for i, s in enumerate(sizes) if s is not None], []))
+    for k, seg in enumerate(segments):
+        if seg.kernel is None:
+            continue
+        after = segments[k + 1].steps[0] if k + 1 < len(segments) else None
+        # before the calling thread leaves a segment: the results the step after it reads (it runs alone
+        # there), or at the end of the run every step
+        waits = deps[after] if after is not None else [i for i, s in enumerate(sizes) if s is not None]
+        out.append(emit.kernel(seg.kernel, list(seg.steps), waits))
+    return Plan("\n".join(out), segments, table, 2 * len(tasks) + 1, scratch)
+
+
+RUNTIME = """
+// cooperative execution (targets/opencl/cooperative.py): counters S[2 i] (claimed work-groups of step i)
+// and S[2 i + 1] (work-groups done)
+// and S[A], set by the host when its part of a run failed: the pool's work-groups then leave
+static bool tessel_wait(volatile __global int* S, const int i, const int n, const int A) {
+    while (S[i] < n) {
+        if (S[A]) return false;
+    }
+    atomic_or(&S[i], 0);  // an acquire: nothing below is read before the step's results are
+    return true;
+}
+"""
+
+
+POOL_KERNEL = "tessel_pool"
+"""The pool's persistent kernel: every cooperative step of the run, in order (a step that runs alone is
+the calling thread's, and only waited for)."""
+
+
+@dataclass
+class _Emitter:
+    """Writes persistent kernels: for each step, its waits, then the loop that claims chunks of its
+    work-groups and runs them work-item by work-item."""
+
+    tasks: Sequence[Task]
+    sizes: Sequence[tuple[tuple[int, int, int], tuple[int, int, int]] | None]
+    forms: dict[str, Phased | None]
+    base: dict[int, int]
+    deps: dict[int, list[int]]
+    scratch: int
+
+    def total(self, s: int) -> int:
+        """The done count of step `s` once it is complete: its work-groups, or 1 for a step run alone."""
+        size = self.sizes[s]
+        return 1 if size is None else size[0][0] * size[0][1] * size[0][2]
+
+    def wait(self, s: int) -> str:
+        return f"    if (!tessel_wait(S, {2 * s + 1}, {self.total(s)}, {2 * len(self.tasks)})) return;"
+
+    def kernel(self, name: str, steps: Sequence[int], waits: Sequence[int]) -> str:
+        lines = [f"__kernel void {name}(__global const ulong* restrict P, __global int* C, "
+                 "__global char* X) {",
+                 "    volatile __global int* S = C;",
+                 f"    __global char* _scratch = X + get_group_id(0) * {self.scratch};"]
+        for s in steps:
+            lines += self.step(s)
+        lines += [self.wait(d) for d in waits]
+        lines.append("}")
+        return "\n".join(lines)
+
+    def step(self, s: int) -> list[str]:
+        t = self.tasks[s]
+        size = self.sizes[s]
+        assert size is not None
+        groups, local = size
+        n, chunk = self.total(s), max(1, self.total(s) // CHUNKS)
+        args = ", ".join(f"(__global void*)P[{self.base[s] + j}]" for j in range(len(t.regions)))
+        args += ", g0, g1, g2, l0, l1, l2"
+        gid = [
+            f"g % {groups[0]}" if groups[1] * groups[2] > 1 else "g",
+            f"(g / {groups[0]}) % {groups[1]}" if groups[2] > 1 else f"g / {groups[0]}",
+            f"g / {groups[0] * groups[1]}",
+        ]
+        gid = [("0" if groups[d] == 1 else gid[d]) for d in range(3)]
+        loops = [f"const int l{d} = 0;" if local[d] == 1 else f"for (int l{d} = 0; l{d} < {local[d]}; ++l{d})"
+                 for d in (2, 1, 0)]
+        if self.forms.get(t.kernel) is None:
+            calls = _nest(loops, f"{t.kernel}({args});")
+        else:  # every work-item's fill, then every work-item's rest: the barrier
+            calls = (_nest(loops, f"{t.kernel}_fill({args}, _scratch);")
+                     + _nest(loops, f"{t.kernel}({args}, _scratch);"))
+        return [
+            f"    // step {s}: {t.kernel}, {'x'.join(map(str, groups))} groups of "
+            f"{'x'.join(map(str, local))}",
+            *[self.wait(d) for d in self.deps[s]],
+            f"    for (int c = atomic_add(&S[{2 * s}], {chunk}); c < {n}; "
+            f"c = atomic_add(&S[{2 * s}], {chunk})) {{",
+            f"        const int e = min(c + {chunk}, {n});",
+            "        for (int g = c; g < e; ++g) {",
+            f"            const int g0 = {gid[0]}, g1 = {gid[1]}, g2 = {gid[2]};",
+            *[f"            {ln}" for ln in calls],
+            "        }",
+            f"        atomic_add(&S[{2 * s + 1}], e - c);",
+            "    }",
+        ]
+
+
+def _nest(loops: list[str], call: str) -> list[str]:
+    """The work-item loops around `call` (a `const int lD = 0;` for a dim of one work-item)."""
+    out, indent = ["{"], "    "
+    for ln in loops:
+        if ln.startswith("const"):
+            out.append(indent + ln)
+        else:
+            out.append(indent + ln + " {")
+            indent += "    "
+    out.append(indent + call)
+    while indent:
+        indent = indent[:-4]
+        out.append(indent + "}")
+    return out
+
+
+class Runner:
+    """Runs an Executable's steps cooperatively (module docstring): the pool device and its inline
+    companion share one context, and every buffer is fine-grained SVM."""
+
+    def __init__(self, cl: Any, context: Any, device: Any, companion: Any, the_plan: Plan, program: Any,
+                 inline: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...] | None]]):
+        """`inline[i]`: the companion's kernel object and launch sizes of task i, for the steps that run
+        alone."""
+        self.cl, self.plan = cl, the_plan
+        flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
+        self.table = cl.svm_empty(context, flags, max(len(the_plan.table), 1), np.uint64, alignment=128)
+        self.table[: len(the_plan.table)] = the_plan.table
+        n = the_plan.counters
+        self.counters = cl.svm_empty(context, flags, 2 * n + 32, np.int32, alignment=128)
+        self.counters[:] = 0
+        self.workers = (max(1, int(device.max_compute_units) - 1),)
+        # scratch memory for the local arrays of phased kernels: one slice per pool work-group, then the
+        # calling thread's
+        self.scratch = cl.svm_empty(context, flags, max(the_plan.scratch * (self.workers[0] + 1), 4),
+                                    np.uint8, alignment=128)
+        mine = self.scratch[the_plan.scratch * self.workers[0]:] if the_plan.scratch else self.scratch
+        self.halves = [self.counters[: n], self.counters[n + 32 : 2 * n + 32]]  # apart by a cache line
+        self.pool_queue = cl.CommandQueue(context, device)
+        self.inline_queue = cl.CommandQueue(context, companion)
+        # per half, the commands of a run in order: (on the pool?, kernel, global, local, done flag): the
+        # pool's one persistent kernel first, then the calling thread's segment kernels and lone steps (a
+        # lone step's done flag is set once it ran: later steps on the pool wait for it)
+        Command = tuple[bool, Any, tuple[int, ...], tuple[int, ...] | None, int | None]
+        self.commands: list[list[Command]] = [[], []]
+        for h, half in enumerate(self.halves):
+            if program is not None:
+                k = cl.Kernel(program, POOL_KERNEL)
+                k.set_args(cl.SVM(self.table), cl.SVM(half), cl.SVM(self.scratch))
+                self.commands[h].append((True, k, self.workers, (1,), None))
+            for seg in the_plan.segments:
+                if seg.kernel is None:
+                    self.commands[h].append((False, *inline[seg.steps[0]], 2 * seg.steps[0] + 1))
+                    continue
+                k = cl.Kernel(program, seg.kernel)
+                k.set_args(cl.SVM(self.table), cl.SVM(half), cl.SVM(mine))
+                self.commands[h].append((False, k, (1,), (1,), None))
+        self.pending: list[Any] = [None, None]  # the pool command of the latest run on each half
+        self.runs = 0
+
+    def run(self) -> None:
+        """One run: returns when every step is done (the caller then reads the results)."""
+        cl = self.cl
+        h = self.runs & 1
+        self.runs += 1
+        last = self.pending[h]
+        if last is not None and last.command_execution_status != cl.command_execution_status.COMPLETE:
+            last.wait()  # a worker of the run before the last still reads this half
+        half = self.halves[h]
+        half[:] = 0
+        launch = cl.enqueue_nd_range_kernel
+        try:
+            for on_pool, k, g, lsize, flag in self.commands[h]:
+                if on_pool:
+                    self.pending[h] = launch(self.pool_queue, k, g, lsize)
+                    continue
+                launch(self.inline_queue, k, g, lsize)
+                if flag is not None:  # a lone step: it ran inside the enqueue (the basic device)
+                    self.inline_queue.finish()
+                    half[flag] = 1
+            self.inline_queue.finish()
+        except BaseException:
+            half[-1] = 1  # the pool's work-group stops waiting for steps nobody runs
+            raise
+
+    def drain(self) -> None:
+        """Wait until the pool has left every run (before the buffers go away)."""
+        self.pool_queue.finish()

@@ -1,0 +1,174 @@
+"""Cooperative execution (targets/opencl/cooperative.py): one persistent kernel a segment, its work-groups
+shared by the calling thread (PoCL's basic device) and the pool's workers. The kernels are the same
+source, so results are bit-identical to the pool's, run after run (the counters' two halves), whether the
+workers join or not, and around steps that run alone (barrier kernels) or split at their barrier."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from tessel.frontends.onnx.importer import import_model
+from tessel.passes.manager import PassManager
+from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.lower import lower_module
+from tessel.targets.opencl.runtime import ADAPT_AFTER, Executable
+
+from .test_execution import inputs, lowered, needs_companion
+
+
+def compiled(model: onnx.ModelProto) -> object:
+    m = import_model(model.SerializeToString(), "test.onnx")
+    PassManager(parse_pipeline(O_LEVELS[2])).run(m)
+    lower_module(m, dev.device_info(dev.pick_device()))
+    return m
+
+
+def mobile_block() -> onnx.ModelProto:
+    """1x1 expand, padded 3x3 depthwise (its input repacked into local memory: a phased kernel), 1x1
+    project, residual add."""
+    rng = np.random.default_rng(0)
+    c, e = 16, 32
+
+    def w(*shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32))
+
+    inits = [w(e, c, 1, 1), w(e, 1, 3, 3), w(c, e, 1, 1)]
+    for t, n in zip(inits, ("we", "wd", "wp"), strict=True):
+        t.name = n
+    nodes = [
+        helper.make_node("Conv", ["x", "we"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "wd"], ["d"], group=e, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["d"], ["r"]),
+        helper.make_node("Conv", ["r", "wp"], ["p"]),
+        helper.make_node("Add", ["p", "x"], ["y"]),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, 20, 20]) for n in ("x", "y")]
+    g = helper.make_graph(nodes, "block", io[:1], io[1:], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def gru() -> onnx.ModelProto:
+    """A matmul, a GRU scan (barriers inside its loop: it runs alone) and a matmul after it."""
+    rng = np.random.default_rng(1)
+    t, b, i, h = 6, 1, 8, 16
+    arrays = {"W": rng.standard_normal((1, 3 * h, i)), "R": rng.standard_normal((1, 3 * h, h)) * 0.3,
+              "P": rng.standard_normal((h, 4)), "Q": rng.standard_normal((i, i))}
+    inits = [onnx.numpy_helper.from_array(a.astype(np.float32), name=n) for n, a in arrays.items()]
+    nodes = [
+        helper.make_node("MatMul", ["x", "Q"], ["xq"]),
+        helper.make_node("GRU", ["xq", "W", "R"], ["ys", "yh"], hidden_size=h),
+        helper.make_node("Squeeze", ["ys", "axes"], ["s"]),
+        helper.make_node("MatMul", ["s", "P"], ["y"]),
+    ]
+    inits.append(onnx.numpy_helper.from_array(np.array([1], np.int64), name="axes"))
+    g = helper.make_graph(nodes, "gru", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, b, i])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, b, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def same_as_pool(m, runs: int = 3) -> Executable:  # noqa: ANN001
+    pool = Executable(m, m.funcs[0], execution="pool")
+    exe = Executable(m, m.funcs[0], execution="cooperative")
+    assert exe.running_on == "cooperative"
+    for seed in range(runs):
+        x = inputs(m.funcs[0], seed)
+        want = pool.run(x)
+        for _ in range(2):  # the second run uses the counters' other half
+            for a, b in zip(want, exe.run(x), strict=True):
+                assert a.tobytes() == b.tobytes()
+    return exe
+
+
+def test_cooperative_matches_the_pool_bit_for_bit() -> None:
+    needs_companion()
+    exe = same_as_pool(lowered())
+    assert all(s.kernel for s in exe._cooperative.plan.segments)
+
+
+def test_a_phased_kernel_runs_its_fill_first() -> None:
+    needs_companion()
+    m = compiled(mobile_block())
+    assert "barrier(" in next(op for op in m.funcs[0].block.ops if op.name == "cl.program").attrs["source"]
+    exe = same_as_pool(m)
+    plan = exe._cooperative.plan
+    assert plan.scratch > 0 and "_fill(" in plan.source  # the depthwise conv joined a segment
+    assert all(s.kernel for s in plan.segments)
+
+
+def test_steps_that_run_alone_split_the_segments() -> None:
+    needs_companion()
+    exe = same_as_pool(compiled(gru()))
+    kinds = [s.kernel is not None for s in exe._cooperative.plan.segments]
+    assert False in kinds and True in kinds
+
+
+def test_the_calling_thread_alone_finishes_every_step() -> None:
+    """Nothing waits for a worker that has not woken: with the pool's commands dropped, the run still
+    completes, with the same results."""
+    needs_companion()
+    m = compiled(mobile_block())
+    pool = Executable(m, m.funcs[0], execution="pool")
+    exe = Executable(m, m.funcs[0], execution="cooperative")
+    runner = exe._cooperative
+    runner.commands = [[c for c in half if not c[0]] for half in runner.commands]
+    x = inputs(m.funcs[0], 3)
+    for a, b in zip(pool.run(x), exe.run(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_a_failed_run_releases_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the calling thread's part of a run fails after the pool's work-group was enqueued, the abort
+    flag lets that work-group leave its waits: the pool finishes instead of spinning forever."""
+    needs_companion()
+    m = compiled(mobile_block())
+    exe = Executable(m, m.funcs[0], execution="cooperative")
+    runner = exe._cooperative
+    cl = runner.cl
+    real = cl.enqueue_nd_range_kernel
+
+    def launch(queue, *args):  # noqa: ANN001, ANN002, ANN202
+        if queue is runner.inline_queue:
+            raise cl.RuntimeError("injected")
+        return real(queue, *args)
+
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", launch)
+    with pytest.raises(cl.RuntimeError, match="injected"):
+        exe.run(inputs(m.funcs[0], 0))
+    monkeypatch.undo()
+    done = threading.Event()
+    threading.Thread(target=lambda: (runner.pool_queue.finish(), done.set()), daemon=True).start()
+    assert done.wait(30), "the pool's work-group still waits for steps nobody runs"
+    x = inputs(m.funcs[0], 1)  # and the executable runs again
+    want = Executable(m, m.funcs[0], execution="pool").run(x)
+    for a, b in zip(want, exe.run(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_auto_measures_cooperative_and_profiles_it() -> None:
+    needs_companion()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], profile=True)
+    x = inputs(m.funcs[0], 0)
+    _, stats = exe.measure(x, ADAPT_AFTER)
+    assert "cooperative " in exe.adapt_note
+    exe.place(["cooperative"] * len(exe._live))
+    _, stats = exe.measure(x, 3)
+    assert exe.running_on == "cooperative" and len(stats.seconds) == 3
+    # per-kernel times come from each kernel launched alone on the pool
+    assert sorted(stats.kernel_ns) == exe._live and all(len(v) == 3 for v in stats.kernel_ns.values())
+
+
+def test_cooperative_needs_the_companion(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_companion()
+    m = lowered()
+    monkeypatch.setattr(dev, "inline_companion", lambda d: None)
+    from tessel.ir.diagnostics import DiagnosticError
+
+    with pytest.raises(DiagnosticError, match="cooperative execution needs"):
+        Executable(m, m.funcs[0], execution="cooperative")
