@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("POCL_AFFINITY", "1")  # before pyopencl loads PoCL
+# POCL_AFFINITY stays PoCL's default (off): workers pinned one a core make cooperative execution bimodal
+# (the worker that takes the pool's work-group may share the calling thread's core; docs/opencl.md)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 
 import argparse  # noqa: E402

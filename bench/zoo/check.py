@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("POCL_AFFINITY", "1")  # before pyopencl loads PoCL, as bench.py
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 
 import argparse  # noqa: E402
