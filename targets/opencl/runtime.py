@@ -11,6 +11,7 @@ inputs in, enqueues every launch on one in-order queue, copies the results out a
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -94,8 +95,9 @@ ADAPT_AFTER = 8
 """Runs before `auto` compares the pool, inline and hybrid: a model run once or twice (a test, a one-shot
 tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
 ADAPT_MAX_SECONDS = 0.05
-"""`auto` keeps the pool, measuring nothing, when a run takes longer: dispatch is then a few percent at
-most (a launch costs the pool 5-40 us) and the inline device would give up a core."""
+"""When a run on the pool takes longer, `auto` compares it with cooperative execution only: the inline
+device would give up a core, and dispatch is a few percent (a launch costs the pool 5-40 us), unless the
+model has more kernels than PoCL keeps loaded (docs/opencl.md "Execution")."""
 
 
 @dataclass
@@ -397,10 +399,11 @@ class Executable:
         return [sorted(r[j] for r in runs)[repeat // 2] for j in range(len(self._live))]
 
     def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
-        """`auto`, after ADAPT_AFTER runs: time the pool and the inline device on these inputs (median of
-        3 runs each, twice, alternating); from each step's time on each (profiling events) and the
-        overheads those walls imply, `hybrid_plan` places each step, and a plan using both is timed too.
-        The fastest is kept when it beats the pool by 5%."""
+        """`auto`, after ADAPT_AFTER runs: time the pool, the inline device and cooperative execution on
+        these inputs (each once to compile, then median of 3 runs, twice, alternating); from each step's
+        time on the pool and inline (profiling events) and the overheads those walls imply, `hybrid_plan`
+        places each step, and a plan using both is timed too. The fastest is kept when it beats the pool
+        by 5%. A run over ADAPT_MAX_SECONDS on the pool compares the pool with cooperative only."""
 
         def wall() -> float:
             times = []
@@ -410,29 +413,28 @@ class Executable:
                 times.append(time.perf_counter() - t0)
             return sorted(times)[1]
 
+        n = len(self._live)
         pool = wall()
-        if pool > ADAPT_MAX_SECONDS:
+        long = pool > ADAPT_MAX_SECONDS
+        plans = {"pool": ["pool"] * n}
+        if not long:
+            plans["inline"] = ["inline"] * n
+        if self._cooperative_runner() is not None:
+            plans["cooperative"] = ["cooperative"] * n
+        if len(plans) == 1:
             self.adapt_note = f"pool: a run takes {pool * 1e3:.1f} ms, dispatch cannot matter"
             return
-        self._use_inline()
-        self.enqueue(inputs)  # the companion compiles each kernel at its first launch
-        inline = wall()
-        self._use_pool()
-        pool = min(pool, wall())
-        self._use_inline()
-        inline = min(inline, wall())
-        times = {"pool": pool, "inline": inline}
-        n = len(self._live)
-        plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
-        if self._use_cooperative():
-            plans["cooperative"] = ["cooperative"] * n
-            self.enqueue(inputs)  # each device compiles the persistent kernels at their first launch
-            times["cooperative"] = wall()
-            self._use_inline()
-            times["inline"] = min(times["inline"], wall())
-            self._use_cooperative()
-            times["cooperative"] = min(times["cooperative"], wall())
-        if n > 1:
+        for name, where in plans.items():
+            if name != "pool":
+                self.place(where)
+                self.enqueue(inputs)  # each device compiles its kernels at their first launch
+        times = {"pool": pool}
+        for _ in range(1 if long else 2):
+            for name, where in plans.items():
+                self.place(where)
+                times[name] = min(times.get(name, math.inf), wall())
+        pool, inline = times["pool"], times.get("inline", math.inf)
+        if not long and n > 1:
             pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
             inline_us = self._step_us(self.companion, self._inline_kernels()[1])
             where = hybrid_plan(pool_us, inline_us, max(pool * 1e6 - sum(pool_us), 0.0) / (n + 2),
