@@ -32,7 +32,9 @@ flag: when the calling thread's part of a run fails, it is set, and the pool's w
 
 from __future__ import annotations
 
+import platform
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +87,7 @@ class Plan:
     table: list[int]  # the argument addresses, step by step
     counters: int  # ints per half of the counter array: two a step, then the abort flag
     scratch: int  # bytes of scratch memory a participant needs (the local arrays of phased kernels)
+    profile: bool = False  # each participant records, per step, its first chunk's start and last one's end
 
 
 def function_end(source: str, start: int) -> int:
@@ -249,9 +252,11 @@ def _conflict(a: Task, b: Task) -> bool:
     return False
 
 
-def plan(source: str, tasks: Sequence[Task]) -> Plan:
+def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
     """The cooperative program and segments for `tasks` (the steps with work, in order) of the program
-    `source` (every step alone when none can run cooperatively)."""
+    `source` (every step alone when none can run cooperatively). `profile`: the persistent kernels take
+    a fourth argument, T, where each participant records per step the cycle counter at the start of its
+    first chunk (T[2 i], a minimum) and at the end of its last (T[2 i + 1], a maximum)."""
     extents = kernel_extents(source)
     sizes: list[tuple[tuple[int, int, int], tuple[int, int, int]] | None] = []
     forms: dict[str, Phased | None] = {}
@@ -311,7 +316,7 @@ def plan(source: str, tasks: Sequence[Task]) -> Plan:
         base[i] = len(table)
         table.extend(p for p, _, _ in t.regions)
     deps = dependencies(tasks, range(len(tasks)))
-    emit = _Emitter(tasks, sizes, forms, base, deps, scratch)
+    emit = _Emitter(tasks, sizes, forms, base, deps, scratch, profile)
     if any(s is not None for s in sizes):
         out.append(emit.kernel(POOL_KERNEL, [i for i, s in enumerate(sizes) if s is not None], []))
     for k, seg in enumerate(segments):
@@ -322,7 +327,7 @@ def plan(source: str, tasks: Sequence[Task]) -> Plan:
         # there), or at the end of the run every step
         waits = deps[after] if after is not None else [i for i, s in enumerate(sizes) if s is not None]
         out.append(emit.kernel(seg.kernel, list(seg.steps), waits))
-    return Plan("\n".join(out), segments, table, 2 * len(tasks) + 1, scratch)
+    return Plan("\n".join(out), segments, table, 2 * len(tasks) + 1, scratch, profile)
 
 
 RUNTIME = """
@@ -355,6 +360,7 @@ class _Emitter:
     base: dict[int, int]
     deps: dict[int, list[int]]
     scratch: int
+    profile: bool = False
 
     def total(self, s: int) -> int:
         """The done count of step `s` once it is complete: its work-groups, or 1 for a step run alone."""
@@ -365,10 +371,13 @@ class _Emitter:
         return f"    if (!tessel_wait(S, {2 * s + 1}, {self.total(s)}, {2 * len(self.tasks)})) return;"
 
     def kernel(self, name: str, steps: Sequence[int], waits: Sequence[int]) -> str:
+        times = ", __global ulong* T0" if self.profile else ""
         lines = [f"__kernel void {name}(__global const ulong* restrict P, __global int* C, "
-                 "__global char* X) {",
+                 f"__global char* X{times}) {{",
                  "    volatile __global int* S = C;",
                  f"    __global char* _scratch = X + get_group_id(0) * {self.scratch};"]
+        if self.profile:  # a participant's own times
+            lines.append(f"    __global ulong* T = T0 + get_group_id(0) * {2 * len(self.tasks)};")
         for s in steps:
             lines += self.step(s)
         lines += [self.wait(d) for d in waits]
@@ -396,6 +405,12 @@ class _Emitter:
         else:  # every work-item's fill, then every work-item's rest: the barrier
             calls = (_nest(loops, f"{t.kernel}_fill({args}, _scratch);")
                      + _nest(loops, f"{t.kernel}({args}, _scratch);"))
+        start, end = [], []
+        if self.profile:
+            start = ["        const ulong _t0 = __builtin_readcyclecounter();"]
+            end = ["        const ulong _t1 = __builtin_readcyclecounter();",
+                   f"        T[{2 * s}] = min(T[{2 * s}], _t0);",
+                   f"        T[{2 * s + 1}] = max(T[{2 * s + 1}], _t1);"]
         return [
             f"    // step {s}: {t.kernel}, {'x'.join(map(str, groups))} groups of "
             f"{'x'.join(map(str, local))}",
@@ -403,13 +418,41 @@ class _Emitter:
             f"    for (int c = atomic_add(&S[{2 * s}], {chunk}); c < {n}; "
             f"c = atomic_add(&S[{2 * s}], {chunk})) {{",
             f"        const int e = min(c + {chunk}, {n});",
+            *start,
             "        for (int g = c; g < e; ++g) {",
             f"            const int g0 = {gid[0]}, g1 = {gid[1]}, g2 = {gid[2]};",
             *[f"            {ln}" for ln in calls],
             "        }",
+            *end,
             f"        atomic_add(&S[{2 * s + 1}], e - c);",
             "    }",
         ]
+
+
+CYCLE_COUNTER = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+"""Whether profiling plans may read the cycle counter: the TSC on x86; on other processors clang's
+__builtin_readcyclecounter may read a register user code cannot (AArch64's PMCCNTR traps)."""
+CYCLES = "__kernel void tessel_cycles(__global ulong* o) { o[0] = __builtin_readcyclecounter(); }\n"
+
+
+def _cycles_per_ns(cl: Any, context: Any, queue: Any) -> float:
+    """The rate of the cycle counter the profiling plans read (clang's __builtin_readcyclecounter: the
+    TSC on x86), against the host's monotonic clock over 20 ms."""
+    program = cl.Program(context, CYCLES).build(devices=[queue.device])
+    kernel = cl.Kernel(program, "tessel_cycles")
+    flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
+    out = cl.svm_empty(context, flags, 1, np.uint64, alignment=128)
+    kernel.set_args(cl.SVM(out))
+
+    def read() -> tuple[int, int]:
+        cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))
+        queue.finish()
+        return int(out[0]), time.perf_counter_ns()
+
+    c0, t0 = read()
+    time.sleep(0.02)
+    c1, t1 = read()
+    return (c1 - c0) / (t1 - t0)
 
 
 def _nest(loops: list[str], call: str) -> list[str]:
@@ -452,22 +495,34 @@ class Runner:
         self.halves = [self.counters[: n], self.counters[n + 32 : 2 * n + 32]]  # apart by a cache line
         self.pool_queue = cl.CommandQueue(context, device)
         self.inline_queue = cl.CommandQueue(context, companion)
+        ntasks, parts = (n - 1) // 2, self.workers[0] + 1
+        # profiling: per half, each participant's first start and last end of every step (cycle counter)
+        self.times = cl.svm_empty(context, flags, max(2 * parts * 2 * ntasks, 1), np.uint64, alignment=128)
+        self.time_halves = [self.times[h * parts * 2 * ntasks : (h + 1) * parts * 2 * ntasks] for h in (0, 1)]
+        self.lone_ns: dict[int, int] = {}
+        self.ticks_per_ns = _cycles_per_ns(cl, context, self.inline_queue) if the_plan.profile else 1.0
         # per half, the commands of a run in order: (on the pool?, kernel, global, local, done flag): the
         # pool's one persistent kernel first, then the calling thread's segment kernels and lone steps (a
         # lone step's done flag is set once it ran: later steps on the pool wait for it)
         Command = tuple[bool, Any, tuple[int, ...], tuple[int, ...] | None, int | None]
         self.commands: list[list[Command]] = [[], []]
         for h, half in enumerate(self.halves):
+            times = self.time_halves[h]
+            pool_args = [cl.SVM(self.table), cl.SVM(half), cl.SVM(self.scratch)]
+            host_args = [cl.SVM(self.table), cl.SVM(half), cl.SVM(mine)]
+            if the_plan.profile:
+                pool_args.append(cl.SVM(times))
+                host_args.append(cl.SVM(times[self.workers[0] * 2 * ntasks :]))
             if program is not None:
                 k = cl.Kernel(program, POOL_KERNEL)
-                k.set_args(cl.SVM(self.table), cl.SVM(half), cl.SVM(self.scratch))
+                k.set_args(*pool_args)
                 self.commands[h].append((True, k, self.workers, (1,), None))
             for seg in the_plan.segments:
                 if seg.kernel is None:
                     self.commands[h].append((False, *inline[seg.steps[0]], 2 * seg.steps[0] + 1))
                     continue
                 k = cl.Kernel(program, seg.kernel)
-                k.set_args(cl.SVM(self.table), cl.SVM(half), cl.SVM(mine))
+                k.set_args(*host_args)
                 self.commands[h].append((False, k, (1,), (1,), None))
         self.pending: list[Any] = [None, None]  # the pool command of the latest run on each half
         self.runs = 0
@@ -482,20 +537,36 @@ class Runner:
             last.wait()  # a worker of the run before the last still reads this half
         half = self.halves[h]
         half[:] = 0
+        if self.plan.profile:
+            self.time_halves[h][0::2] = np.iinfo(np.uint64).max
+            self.time_halves[h][1::2] = 0
         launch = cl.enqueue_nd_range_kernel
         try:
             for on_pool, k, g, lsize, flag in self.commands[h]:
                 if on_pool:
                     self.pending[h] = launch(self.pool_queue, k, g, lsize)
                     continue
+                t0 = time.perf_counter_ns()
                 launch(self.inline_queue, k, g, lsize)
                 if flag is not None:  # a lone step: it ran inside the enqueue (the basic device)
                     self.inline_queue.finish()
+                    self.lone_ns[flag // 2] = time.perf_counter_ns() - t0
                     half[flag] = 1
             self.inline_queue.finish()
         except BaseException:
             half[-1] = 1  # the pool's work-group stops waiting for steps nobody runs
             raise
+
+    def spans(self) -> dict[int, float]:
+        """After a run of a profiling plan: each step's span in ns, from the first start of a chunk of it
+        to the last end (any participant), as an event's start and end would give it; a lone step's is
+        its enqueue on the calling thread."""
+        n = len(self.time_halves[0]) // (2 * (self.workers[0] + 1))
+        t = self.time_halves[(self.runs - 1) & 1].reshape(self.workers[0] + 1, n, 2)
+        start, end = t[:, :, 0].min(axis=0), t[:, :, 1].max(axis=0)
+        out = {i: float(end[i] - start[i]) / self.ticks_per_ns for i in range(n) if end[i] > 0}
+        out.update(self.lone_ns)
+        return out
 
     def drain(self) -> None:
         """Wait until the pool has left every run (before the buffers go away)."""

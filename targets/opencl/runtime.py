@@ -360,7 +360,7 @@ class Executable:
                 tasks = [coop.Task(s.name, s.global_size, s.local_size, tuple(
                     (_address(a), a.mem.nbytes, not n.startswith("in"))
                     for a, n in zip(s.args, s.arg_names, strict=True))) for s in steps]
-                the_plan = coop.plan(self._source, tasks)
+                the_plan = coop.plan(self._source, tasks, profile=self.profile and coop.CYCLE_COUNTER)
                 program = None
                 if any(seg.kernel for seg in the_plan.segments):
                     program = build_program(self.context, the_plan.source,
@@ -544,12 +544,16 @@ class Executable:
             t0 = time.perf_counter()
             results, events = self.enqueue(inputs)
             stats.seconds.append(time.perf_counter() - t0)
-            if self.profile and events:
+            if self.profile and self.running_on == "cooperative" and self._cooperative.plan.profile:
+                spans = self._cooperative.spans()  # each step's span in this run, read from the kernels
+                for j, i in enumerate(self._live):
+                    stats.kernel_ns.setdefault(i, []).append(int(spans.get(j, 0)))
+            elif self.profile and events:
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
-        if self.profile and self.running_on == "cooperative":
-            # one persistent kernel has no per-kernel events: time each kernel launched alone on the pool
-            # (both cores), as many times, over the buffers as the runs left them
+        if self.profile and self.running_on == "cooperative" and not self._cooperative.plan.profile:
+            # no cycle counter to read: time each kernel launched alone on the pool (both cores), as many
+            # times, over the buffers as the runs left them
             launch = self.cl.enqueue_nd_range_kernel
             for _ in range(max(repeat, 1)):
                 events = [launch(self._pool_queue, self.steps[i].kernel, self.steps[i].global_size,

@@ -160,8 +160,21 @@ def test_auto_measures_cooperative_and_profiles_it() -> None:
     exe.place(["cooperative"] * len(exe._live))
     _, stats = exe.measure(x, 3)
     assert exe.running_on == "cooperative" and len(stats.seconds) == 3
-    # per-kernel times come from each kernel launched alone on the pool
+    # each kernel's span inside the persistent kernels, from the cycle counter (x86), else each kernel
+    # launched alone on the pool
     assert sorted(stats.kernel_ns) == exe._live and all(len(v) == 3 for v in stats.kernel_ns.values())
+    assert all(t > 0 for v in stats.kernel_ns.values() for t in v)
+    if exe._cooperative.plan.profile:
+        total = [sum(v[r] for v in stats.kernel_ns.values()) / 1e9 for r in range(3)]
+        assert all(0 < k < 2 * w for k, w in zip(total, stats.seconds, strict=True))
+
+
+def test_a_profiled_run_records_lone_steps() -> None:
+    needs_companion()
+    m = compiled(gru())
+    exe = Executable(m, m.funcs[0], profile=True, execution="cooperative")
+    _, stats = exe.measure(inputs(m.funcs[0], 0), 2)
+    assert sorted(stats.kernel_ns) == exe._live and all(t > 0 for v in stats.kernel_ns.values() for t in v)
 
 
 def test_cooperative_needs_the_companion(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,3 +129,16 @@ def test_dependencies_follow_shared_bytes() -> None:
 def test_a_global_size_not_divided_by_its_local_size_runs_alone() -> None:
     p = coop.plan(PLAIN, [task("k0_add", (100,), (8,), (0, 400, False), (1000, 400, True))])
     assert [(s.steps, s.kernel) for s in p.segments] == [((0,), None)]
+
+
+def test_a_profiling_plan_reads_the_cycle_counter_around_each_chunk() -> None:
+    t = task("k0_add", (128,), (4,), (0, 400, False), (1000, 400, True))
+    plain, profiled = coop.plan(PLAIN, [t]), coop.plan(PLAIN, [t], profile=True)
+    assert "readcyclecounter" not in plain.source and not plain.profile
+    pool = profiled.source.split("__kernel void tessel_pool(")[1]
+    assert pool.startswith("__global const ulong* restrict P, __global int* C, __global char* X, "
+                           "__global ulong* T0)")
+    body = pool.split("for (int c = ")[1]
+    assert body.index("_t0 = __builtin_readcyclecounter()") < body.index("k0_add(") < body.index(
+        "_t1 = __builtin_readcyclecounter()") < body.index("T[1] = max(T[1], _t1);") < body.index(
+        "atomic_add(&S[1], e - c)")
