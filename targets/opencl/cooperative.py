@@ -437,22 +437,26 @@ CYCLES = "__kernel void tessel_cycles(__global ulong* o) { o[0] = __builtin_read
 
 def _cycles_per_ns(cl: Any, context: Any, queue: Any) -> float:
     """The rate of the cycle counter the profiling plans read (clang's __builtin_readcyclecounter: the
-    TSC on x86), against the host's monotonic clock over 20 ms."""
+    TSC on x86), against the host's monotonic clock: the median of three 10 ms intervals."""
     program = cl.Program(context, CYCLES).build(devices=[queue.device])
     kernel = cl.Kernel(program, "tessel_cycles")
     flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
     out = cl.svm_empty(context, flags, 1, np.uint64, alignment=128)
     kernel.set_args(cl.SVM(out))
 
-    def read() -> tuple[int, int]:
+    def read() -> tuple[int, float]:
+        t0 = time.perf_counter_ns()
         cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))
         queue.finish()
-        return int(out[0]), time.perf_counter_ns()
+        return int(out[0]), (t0 + time.perf_counter_ns()) / 2
 
-    c0, t0 = read()
-    time.sleep(0.02)
-    c1, t1 = read()
-    return (c1 - c0) / (t1 - t0)
+    rates = []
+    for _ in range(3):  # the median of three 10 ms intervals: a descheduled read spoils one at most
+        c0, t0 = read()
+        time.sleep(0.01)
+        c1, t1 = read()
+        rates.append((c1 - c0) / (t1 - t0))
+    return sorted(rates)[1]
 
 
 def _nest(loops: list[str], call: str) -> list[str]:

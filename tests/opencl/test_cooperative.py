@@ -163,7 +163,9 @@ def test_auto_measures_cooperative_and_profiles_it() -> None:
     # each kernel's span inside the persistent kernels, from the cycle counter (x86), else each kernel
     # launched alone on the pool
     assert sorted(stats.kernel_ns) == exe._live and all(len(v) == 3 for v in stats.kernel_ns.values())
-    assert all(t > 0 for v in stats.kernel_ns.values() for t in v)
+    runner = exe._cooperative
+    assert all(t > 0 for v in stats.kernel_ns.values() for t in v), (
+        stats.kernel_ns, runner.ticks_per_ns, runner.time_halves, runner.spans())
     if exe._cooperative.plan.profile:
         total = [sum(v[r] for v in stats.kernel_ns.values()) / 1e9 for r in range(3)]
         assert all(0 < k < 2 * w for k, w in zip(total, stats.seconds, strict=True))

@@ -116,6 +116,25 @@ def test_conv2d_repacks_16_channel_blocks(case, schedule, local: int) -> None:
         assert len(low.kernels) == 2 and "transposed in registers" in low.kernels[0].source
 
 
+@pytest.mark.parametrize("case, band_rows, groups", [
+    (conv_case(1, 16, 16, 20, 3, p=1, g=16), 0, 3),  # one 16-channel block: 5 rows of 4x4 tiles, bands of 2
+    (conv_case(1, 16, 16, 20, 3, p=1, g=16), 3, 2),  # bands of 3 tile rows: a short last band
+    (conv_case(1, 48, 48, 21, 3, s=2, p=1, g=48), 0, 3),  # 3 blocks, stride 2: 3 bands each
+    (conv_case(1, 16, 16, (13, 9), 5, p=2, g=16), 1, 7),  # 5x5, one tile row (2 rows) a band: 4 halo rows
+    (conv_case(4, 64, 64, 8, 3, p=1, g=64), 0, 1),  # 16 (image, block) pairs: the whole plane a group
+])
+def test_depthwise_bands_share_a_plane(case, band_rows: int, groups: int) -> None:
+    """A local-repack depthwise conv splits its output rows into bands, one work-group each, when its
+    (image, channel block) pairs alone would leave cores idle (mobilenet_v2's first depthwise conv: one
+    block of 80x80); each band fills its rows and the halo into local memory."""
+    schedule = {"band_rows": band_rows} if band_rows else {}
+    check_op("conv2d", *case, schedule=schedule, **TOL)
+    types = [TensorType.of(a) for a in case[0]]
+    kernel = lower_op("conv2d", types, case[1], schedule=schedule)[1].kernels[0]
+    assert "__local float L[" in kernel.source
+    assert kernel.global_size[0] // kernel.local_size[0] == groups
+
+
 @pytest.mark.parametrize("case, schedule", [
     (conv_case(1, 16, 40, 9, 3, p=1), {"tile_h": 3, "tile_w": 3, "vcols": 2}),  # 2nd column: lanes 32..39
     (conv_case(1, 20, 20, (7, 5), 1), {"tile_h": 2, "tile_w": 3, "vcols": 2}),  # 2nd column past O, tails

@@ -49,6 +49,7 @@ import math
 import re
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
 from .gemm import Epilogue, check_float32, pick_cols, vtype
@@ -547,16 +548,19 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
 
 
 def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: int, has_bias: bool,
-                     epilogue: Epilogue | None, cols_first: bool = False, fill: str = "") -> str:
+                     epilogue: Epilogue | None, cols_first: bool = False, fill: str = "",
+                     band: Band | None = None) -> str:
     """One channel block of `width`, a th x tw pixel tile; the KH*KW weight vectors live in registers and
     each input vector is loaded once for every tap of the tile that reads it. `fill`: code that repacks
-    the work-group's block into `__local float L[]` (depthwise_local_source), read instead of P."""
+    the work-group's block into `__local float L[]` (depthwise_local_source), read instead of P; `band`:
+    the rows of it that L holds."""
     vt = vtype(width)
     taps = geo.kh * geo.kw
     ins = f"__global const float* restrict {'X' if fill else 'P'}, __global const float* restrict W"
     ins += ", __global const float* restrict in2" if has_bias else ""
     load = (lambda off: f"xb[{off}]") if width == 1 else (lambda off: f"vload{width}(0, xb + {off})")
     block = "0" if fill else f"(n * {math.ceil(geo.c / width)} + ob)"
+    row0 = f"oh0 * {geo.sh}" if band is None else f"(oh0 * {geo.sh} - {band.first_row(geo)})"
     lines = [
         f"// depthwise conv2d {geo.kh}x{geo.kw} stride {geo.sh},{geo.sw} dilation {geo.dh},{geo.dw}: "
         f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]",
@@ -567,7 +571,7 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
         *tile_ids(geo, th, tw, cols_first, math.ceil(geo.c / width)),
         f"    const int oc0 = ob * {width};",
         f"    const {'__local' if fill else '__global'} float* xb = {'L' if fill else 'P'}"
-        f" + ((long){block} * {hp} + oh0 * {geo.sh}) * {wp * width} + ow0 * {geo.sw * width};",
+        f" + ((long){block} * {hp} + {row0}) * {wp * width} + ow0 * {geo.sw * width};",
         f"    const __global float* wp = W + ob * {taps * width};",
     ]
     lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'};"
@@ -592,41 +596,73 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
     return "\n".join(lines) + "\n"
 
 
-def depthwise_local_source(geo: Geometry, th: int, tw: int, hp: int, wp: int, has_bias: bool,
+@dataclass(frozen=True)
+class Band:
+    """The output rows one work-group of a local-repack depthwise conv computes: `rows` output rows (whole
+    tile rows) a group, starting at group id 0 times `rows`, from `plane` rows of the padded input
+    (halo included), which its work-items (`items` of them) fill into local memory first."""
+
+    rows: int
+    plane: int
+    items: int
+
+    def first_row(self, geo: Geometry) -> str:
+        """The band's first padded input row."""
+        return f"get_group_id(0) * {self.rows * geo.sh}"
+
+
+def band_for(geo: Geometry, th: int, tw: int, hp: int, blocks: int, workers: int, rows: int = 0) -> Band:
+    """Tile rows a work-group: all of them when the (image, channel block) pairs give the device's
+    `workers` enough work-groups (4 each), else bands of at least twice the halo, so a 16-channel conv on
+    a large plane (mobilenet_v2's first depthwise: one block of 80x80) runs on every core. `rows` (a
+    schedule's band_rows, in tile rows) overrides."""
+    trows, tcols = math.ceil(geo.ho / th), math.ceil(geo.wo / tw)
+    band = trows
+    if blocks * geo.n < 4 * workers:
+        halo = max(1, math.ceil((geo.kh - 1) * geo.dh / (th * geo.sh)))
+        want = math.ceil(4 * workers / (blocks * geo.n))
+        band = max(min(trows, 2 * halo), math.ceil(trows / want))
+    band = rows or band
+    band = math.ceil(trows / math.ceil(trows / band))  # even bands
+    plane = min(hp, (band * th - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1)
+    return Band(band * th, plane, band * tcols)
+
+
+def depthwise_local_source(geo: Geometry, th: int, tw: int, band: Band, wp: int, has_bias: bool,
                            epilogue: Epilogue | None, channel_map: str | None) -> str:
-    """depthwise_source with its input repack inside: a work-group is one (image, 16-channel block), a
-    work-item per output tile. Its work-items first fill the block's zero-padded planes in local memory
-    (rows of repack_input_transposed, transposed in registers), meet at one barrier, then each computes
-    its tile from local memory: one launch instead of two, and no scratch buffer."""
-    tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
+    """depthwise_source with its input repack inside: a work-group is one (image, 16-channel block, band
+    of output rows), a work-item per output tile. Its work-items first fill the band's zero-padded input
+    rows (halo included) in local memory (rows of repack_input_transposed, transposed in registers), meet
+    at one barrier, then each computes its tile from local memory: one launch instead of two, and no
+    scratch buffer."""
     row = transposed_row(geo, geo.c, wp, plane_offset(geo, channel_map), "__local", "continue")
-    fill = f"""    __local float L[{hp * wp * 16}];
-    {{  // the block's padded input planes, a row a work-item at a time
+    fill = f"""    __local float L[{band.plane * wp * 16}];
+    {{  // the band's padded input rows, a row a work-item at a time
         const int n = get_global_id(2);
         const int cin = get_global_id(1) * 16, c0 = cin;
-        for (int hh = get_local_id(0); hh < {hp}; hh += {tiles}) {{
-            __local float* prow = L + hh * {wp * 16};
+        for (int hl = get_local_id(0); hl < {band.plane}; hl += {band.items}) {{
+            const int hh = {band.first_row(geo)} + hl;
+            __local float* prow = L + hl * {wp * 16};
 {textwrap.indent(row, "        ")}        }}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);"""
-    return depthwise_source(geo, 16, th, tw, hp, wp, has_bias, epilogue, fill=fill)
+    return depthwise_source(geo, 16, th, tw, band.plane, wp, has_bias, epilogue, fill=fill, band=band)
 
 
-def depthwise_local_blocked_source(geo: Geometry, th: int, tw: int, hp: int, wp: int, has_bias: bool,
+def depthwise_local_blocked_source(geo: Geometry, th: int, tw: int, band: Band, wp: int, has_bias: bool,
                                    epilogue: Epilogue | None) -> str:
     """depthwise_local_source for an NCHW16c input: the work-group's 16-channel block is already one
     plane of 16-float pixels, so filling its zero-padded copy in local memory is a vector copy a pixel
     (pads as zeros), a row a work-item at a time. It replaces repack_blocked's launch and scratch buffer:
     mobilenet_v2 spent 44 of its 98 launches on those repacks."""
-    tiles = math.ceil(geo.ho / th) * math.ceil(geo.wo / tw)
-    fill = f"""    __local float L[{hp * wp * 16}];
-    {{  // the block's padded input plane, a row a work-item at a time
+    fill = f"""    __local float L[{band.plane * wp * 16}];
+    {{  // the band's padded input rows, a row a work-item at a time
         const int n = get_global_id(2);
         const __global float* xs = X + ((long)n * {geo.cbn_in} + get_global_id(1)) * {geo.h * geo.w * 16};
-        for (int hh = get_local_id(0); hh < {hp}; hh += {tiles}) {{
-            const int ih = hh - {geo.pt};
+        for (int hl = get_local_id(0); hl < {band.plane}; hl += {band.items}) {{
+            const int ih = {band.first_row(geo)} + hl - {geo.pt};
             const bool row = ih >= 0 && ih < {geo.h};
-            __local float* prow = L + hh * {wp * 16};
+            __local float* prow = L + hl * {wp * 16};
             for (int ww = 0; ww < {wp}; ++ww) {{
                 const int iw = ww - {geo.pl};
                 vstore16(row && iw >= 0 && iw < {geo.w} ? vload16(0, xs + (ih * {geo.w} + iw) * 16)
@@ -635,7 +671,7 @@ def depthwise_local_blocked_source(geo: Geometry, th: int, tw: int, hp: int, wp:
         }}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);"""
-    return depthwise_source(geo, 16, th, tw, hp, wp, has_bias, epilogue, fill=fill)
+    return depthwise_source(geo, 16, th, tw, band.plane, wp, has_bias, epilogue, fill=fill, band=band)
 
 
 def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> tuple[int, int]:
@@ -715,15 +751,17 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         if in_place:
             hp, wp = geo.h, geo.w
         # an NCHW input repacked by the conv's own work-groups (a work-item per tile) into local memory
+        band = band_for(geo, th, tw, hp, math.ceil(geo.c / width), ctx.device.compute_units,
+                        int(ctx.schedule.get("band_rows", 0)))
         local_repack = (bool(int(ctx.schedule.get("local_repack", 1))) and in_block in (0, 16)
                         and not in_place and width == 16
                         and not cols_first and "local" not in ctx.schedule
-                        and tiles <= ctx.device.max_work_group_size
-                        and 4 * hp * wp * 16 <= ctx.device.local_mem_size // 2)
+                        and band.items <= ctx.device.max_work_group_size
+                        and 4 * band.plane * wp * 16 <= ctx.device.local_mem_size // 2)
         if local_repack and in_block:
-            src = depthwise_local_blocked_source(geo, th, tw, hp, wp, has_bias, epilogue)
+            src = depthwise_local_blocked_source(geo, th, tw, band, wp, has_bias, epilogue)
         elif local_repack:
-            src = depthwise_local_source(geo, th, tw, hp, wp, has_bias, epilogue, channel_map)
+            src = depthwise_local_source(geo, th, tw, band, wp, has_bias, epilogue, channel_map)
         else:
             if in_block:
                 first = repack_blocked(geo, 1, geo.c, width, hp, wp)
@@ -768,7 +806,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         local_repack = False
         blocks = geo.g * (cpg // nc) if cpg else math.ceil(geo.o / (width * nc))
     along = blocks if cols_first else tiles  # work-items along global dimension 0
-    local = tiles if local_repack else int(ctx.schedule.get("local", 4))
+    local = band.items if local_repack else int(ctx.schedule.get("local", 4))
     if "local" not in ctx.schedule and not local_repack:
         while local > 1 and math.ceil(along / local) * (tiles * blocks // along) * geo.n < 16:
             local //= 2
@@ -792,6 +830,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         schedule["unroll"] = unroll
     if local_repack:
         schedule["local_repack"] = 1
+        schedule["band_rows"] = band.rows // th
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
     return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)
