@@ -120,7 +120,7 @@ def main() -> None:
             names.setdefault(key, node.name)
     theirs_by_node: dict[str, list[str]] = defaultdict(list)
     for key in ort_us:
-        base = key
+        base = key.split("/")[0]  # node_silu_3/QuickGeluFusion/
         for suffix in ("_nchwc", "_token"):
             base = base.split(suffix)[0] if suffix in base and base.split(suffix)[0] in names else base
         if base in names:
