@@ -43,6 +43,18 @@ def test_matmul(a: tuple[int, ...], b: tuple[int, ...]) -> None:
     check_op("matmul", [arr(*a), arr(*b)], **TOL)
 
 
+@pytest.mark.parametrize("a, b, rows", [
+    ((32, 1, 64), (64, 40), 32),  # a recurrent layer's input projection: 32 steps of one row
+    ((2, 3, 5, 8), (8, 24), 30),  # two batch dims, a row tail
+])
+def test_matmul_with_one_b_folds_batches_into_rows(a, b, rows: int) -> None:
+    """With one B for every batch, A's batch dims are rows of one GEMM: each B panel is read for up to
+    `rows` rows instead of once a batch."""
+    check_op("matmul", [arr(*a), arr(*b)], **TOL)
+    _, low = lower_op("matmul", [TensorType(a, "f32"), TensorType(b, "f32")], {})
+    assert f"// Y[{rows}, {b[1]}] = A[.., {rows}, {b[0]}]" in low.kernels[-1].source
+
+
 def test_matmul_schedule_override() -> None:
     check_op("matmul", [arr(30, 10), arr(10, 24)], schedule={"rows": 7, "cols": 8}, **TOL)
     _, low = lower_op("matmul", [TensorType((30, 10), "f32"), TensorType((10, 24), "f32")], {},
