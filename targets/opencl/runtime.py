@@ -400,22 +400,27 @@ class Executable:
 
     def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
         """`auto`, after ADAPT_AFTER runs: time the pool, the inline device and cooperative execution on
-        these inputs (each once to compile, then median of 3 runs, twice, alternating); from each step's
+        these inputs (each once to compile, then the median of 3 runs, twice, alternating; of 7 runs,
+        three times, when a run takes under 5 ms); from each step's
         time on the pool and inline (profiling events) and the overheads those walls imply, `hybrid_plan`
         places each step, and a plan using both is timed too. The fastest is kept when it beats the pool
         by 5%. A run over ADAPT_MAX_SECONDS on the pool compares the pool with cooperative only."""
 
+        runs = 3
+
         def wall() -> float:
             times = []
-            for _ in range(3):
+            for _ in range(runs):
                 t0 = time.perf_counter()
                 self.enqueue(inputs)
                 times.append(time.perf_counter() - t0)
-            return sorted(times)[1]
+            return sorted(times)[runs // 2]
 
         n = len(self._live)
         pool = wall()
         long = pool > ADAPT_MAX_SECONDS
+        if pool < 0.005:  # short runs are cheap to repeat, and this VM's noise is widest on them
+            runs = 7
         plans = {"pool": ["pool"] * n}
         if not long:
             plans["inline"] = ["inline"] * n
@@ -429,7 +434,7 @@ class Executable:
                 self.place(where)
                 self.enqueue(inputs)  # each device compiles its kernels at their first launch
         times = {"pool": pool}
-        for _ in range(1 if long else 2):
+        for _ in range(1 if long else 3 if runs > 3 else 2):
             for name, where in plans.items():
                 self.place(where)
                 times[name] = min(times.get(name, math.inf), wall())
