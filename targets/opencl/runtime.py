@@ -552,7 +552,10 @@ class Executable:
             if self.profile and self.running_on == "cooperative" and self._cooperative.plan.profile:
                 spans = self._cooperative.spans()  # each step's span in this run, read from the kernels
                 for j, i in enumerate(self._live):
-                    stats.kernel_ns.setdefault(i, []).append(int(spans.get(j, 0)))
+                    # a ns at least: the counter ticks unevenly in this VM (reads 1 tick apart at times),
+                    # and a kernel that ran took some time
+                    span = spans.get(j)  # (none would be a step no participant recorded: a bug)
+                    stats.kernel_ns.setdefault(i, []).append(0 if span is None else max(1, round(span)))
             elif self.profile and events:
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
