@@ -18,6 +18,8 @@ from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import Executable
 
+from .conftest import here
+
 LIT = Path(__file__).resolve().parents[2] / "lit_tests" / "targets" / "opencl" / "codegen-concat-in-place.tsl"
 CHUNKS = SPLIT_MARKER.split(LIT.read_text())
 
@@ -38,7 +40,7 @@ def test_lit_cases_run(chunk: int, svm: bool, monkeypatch: pytest.MonkeyPatch) -
     want_module = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
     func = want_module.funcs[0]
     m = parse_module(CHUNKS[chunk].encode(), "concat.tsl")
-    lower_module(m)
+    lower_module(m, here())
     exe = Executable(m, m.funcs[0])
     if func.args:
         shared = isinstance(exe.args[0], exe.cl.SVM)

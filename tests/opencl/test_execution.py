@@ -17,13 +17,15 @@ from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import ADAPT_AFTER, Executable
 
+from .conftest import here
+
 BLOCK = Path(__file__).resolve().parents[2] / "examples" / "block.tsl"
 
 
 def lowered():  # noqa: ANN201
     m = parse_module(BLOCK.read_bytes(), BLOCK.name)
     PassManager(parse_pipeline(O_LEVELS[2])).run(m)
-    lower_module(m)
+    lower_module(m, here())
     return m
 
 
