@@ -234,6 +234,23 @@ def test_resize_nearest(ctm, nearest):
                                             "coordinate_transformation_mode": ctm, "nearest_mode": nearest})
 
 
+@pytest.mark.parametrize("ctm", CTMS)
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+@pytest.mark.parametrize("sizes", [[1, 2, 10, 74], [1, 2, 5, 34], [2, 1, 8, 32]])
+def test_resize_2x_columns(ctm, mode, sizes):
+    """A 2x upsampling of 16 or more columns takes the interleaved vector path (with and without a row
+    resize, widths not a multiple of 16, the run ending where the edge clamps)."""
+    x = rand(sizes[0], sizes[1], 5 if sizes[2] == 10 else sizes[2], sizes[3] // 2)
+    check_op("resize", [x], {"sizes": sizes, "mode": mode, "coordinate_transformation_mode": ctm})
+
+
+def test_resize_2x_columns_path_taken():
+    """The 2x path is what the previous test exercises, not the table loop."""
+    src = lower_op("resize", [TensorType((1, 2, 5, 37), "f32")],
+                   {"sizes": [1, 2, 10, 74], "mode": "linear"})[1].kernels[0].source
+    assert "shuffle2" in src and "32 at a time" in src
+
+
 def test_resize_scales_int_and_3d_linear():
     check_op("resize", [rand(1, 3, 5, 4, dtype="int32")],
              {"sizes": [1, 3, 15, 8], "scales": [1, 1, 3, 2], "mode": "nearest",

@@ -55,6 +55,7 @@ def resize(ctx: Ctx) -> Lowered:
     strides = row_major_strides(x.dims)
     what = f"resize {mode} {ctm}{f' {nm}' if mode == 'nearest' else ''}: {list(x.dims)} -> {list(y.dims)}"
     tables, axes = [], []
+    last: dict[str, np.ndarray] = {}  # the last axis' tables as arrays, for _rows' 2x path
     terms: list[list[Term]] = []
     for ax, (n_in, n_out) in enumerate(zip(x.dims, y.dims, strict=True)):
         scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
@@ -66,6 +67,8 @@ def resize(ctx: Ctx) -> Lowered:
         if mode == "nearest":
             ix = np.clip(_nearest(coords, nm), 0, n_in - 1).astype(np.int64)
             tables.append(_table(f"KERNEL_ix{ax}", "int", ix))
+            if ax == x.rank - 1:
+                last = {"lo": ix}
             terms.append([Term(strides[ax], "raw", expr=f"KERNEL_ix{ax}[@]")])
             continue
         cc = np.clip(coords, 0, n_in - 1)
@@ -73,12 +76,14 @@ def resize(ctx: Ctx) -> Lowered:
         hi = np.minimum(lo + 1, n_in - 1)
         frac = (cc - lo).astype(x.np_dtype)
         wlo = (x.np_dtype.type(1) - frac).astype(x.np_dtype)
+        if ax == x.rank - 1:
+            last = {"lo": lo, "hi": hi, "wl": wlo, "wh": frac}
         tables += [_table(f"KERNEL_lo{ax}", "int", lo), _table(f"KERNEL_hi{ax}", "int", hi),
                    _table(f"KERNEL_wl{ax}", T, wlo, lambda f: _lit(f, T)),
                    _table(f"KERNEL_wh{ax}", T, frac, lambda f: _lit(f, T))]
         terms.append([])
     if axes and set(axes) <= {x.rank - 2, x.rank - 1} and all(x.dims[d] * y.dims[d] for d in range(x.rank)):
-        return Lowered([_rows(what, x, y, T, idx, mode, set(axes), tables)])
+        return Lowered([_rows(what, x, y, T, idx, mode, set(axes), tables, last)])
     if mode == "nearest" or not axes:
         k = copy_kernel(what, CopySpec(list(y.dims), terms), x, idx)
         k.source = "\n".join(tables) + ("\n" if tables else "") + k.source
@@ -112,14 +117,18 @@ def resize(ctx: Ctx) -> Lowered:
 
 
 def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, axes: set[int],
-          tables: list[str]) -> Kernel:
-    """One work-item per output row of a resize of the last two axes (`axes`: which of them)."""
+          tables: list[str], last: dict[str, np.ndarray]) -> Kernel:
+    """One work-item per output row of a resize of the last two axes (`axes`: which of them); a 2x
+    upsampling of the columns (`last`'s tables repeat with period 2 inside the row) computes the two
+    phases of 16 source columns as vectors and interleaves them."""
     r = x.rank
     h, w = x.dims[r - 2], x.dims[r - 1]
     ho, wo = y.dims[r - 2], y.dims[r - 1]
     rows = y.numel // wo
     ry, rx = r - 2 in axes, r - 1 in axes
-    lines = [f"// {what}: one work-item per output row", *tables,
+    doubled = _doubled(last, w) if rx and T == "float" and w <= 4096 else None
+    lines = [f"// {what}: one work-item per output row"
+             + (f"; columns {2 * doubled[0]}..{2 * doubled[1] - 1} 32 at a time" if doubled else ""), *tables,
              f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
              f"    const {idx} g = get_global_id(0);", f"    if (g >= {rows}) return;",
              f"    const {idx} oy = g % {ho}, plane = g / {ho};",
@@ -127,8 +136,10 @@ def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, 
     if mode == "nearest":
         sy = f"KERNEL_ix{r - 2}[oy]" if ry else "oy"
         sx = f"KERNEL_ix{r - 1}[ox]" if rx else "ox"
-        lines += [f"    const __global {T}* src = in0 + plane * {h * w} + ({idx}){sy} * {w};",
-                  f"    for (int ox = 0; ox < {wo}; ++ox) dst[ox] = src[{sx}];", "}"]
+        lines.append(f"    const __global {T}* src = in0 + plane * {h * w} + ({idx}){sy} * {w};")
+        if doubled:
+            return _launch(lines + _interleaved(doubled, "src", wo, f"dst[ox] = src[{sx}];") + ["}"], rows)
+        lines += [f"    for (int ox = 0; ox < {wo}; ++ox) dst[ox] = src[{sx}];", "}"]
         return _launch(lines, rows)
     a, b = r - 2, r - 1
     if ry:
@@ -141,6 +152,17 @@ def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, 
     def col(c: str) -> str:  # the column c of the source row, lerped along y first as the reference does
         return f"(r0[{c}] * wly + r1[{c}] * why)" if ry else f"r0[{c}]"
 
+    if doubled:
+        src = "r0"
+        if ry:  # the row lerped along y once a source column, as the reference lerps y first
+            lines += [f"    {T} row[{w}];", "    int c = 0;",
+                      f"    for (; c + 16 <= {w}; c += 16) "
+                      "vstore16(vload16(0, r0 + c) * wly + vload16(0, r1 + c) * why, 0, row + c);",
+                      f"    for (; c < {w}; ++c) row[c] = r0[c] * wly + r1[c] * why;"]
+            src = "row"
+        scalar = (f"dst[ox] = {src}[KERNEL_lo{b}[ox]] * KERNEL_wl{b}[ox] + "
+                  f"{src}[KERNEL_hi{b}[ox]] * KERNEL_wh{b}[ox];")
+        return _launch(lines + _interleaved(doubled, src, wo, scalar) + ["}"], rows)
     if rx:
         lines += [f"    for (int ox = 0; ox < {wo}; ++ox) {{",
                   f"        const int lx = KERNEL_lo{b}[ox], hx = KERNEL_hi{b}[ox];",
@@ -149,6 +171,69 @@ def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, 
     else:
         lines += [f"    for (int ox = 0; ox < {wo}; ++ox) dst[ox] = {col('ox')};", "}"]
     return _launch(lines, rows)
+
+
+Doubled = tuple[int, int, list[tuple[int, int, float, float]]]
+"""(i0, i1, phases): for source columns i in [i0, i1) (at least 16), output column 2i + j is
+src[i + dl] * wl + src[i + dh] * wh with phase j's (dl, dh, wl, wh) (nearest: dh = dl, wl = 1, wh = 0)."""
+
+
+def _doubled(t: dict[str, np.ndarray], w: int) -> Doubled | None:
+    """The 2x pattern of a row's column tables: the longest run of source columns whose two outputs follow
+    it, when it covers at least 16."""
+    lo = t["lo"]
+    hi, wl, wh = t.get("hi", lo), t.get("wl"), t.get("wh")
+    n = len(lo) // 2
+    if n < 16 or len(lo) != 2 * w:
+        return None
+    mid = n // 2
+    phases = [(int(lo[2 * mid + j]) - mid, int(hi[2 * mid + j]) - mid,
+               float(wl[2 * mid + j]) if wl is not None else 1.0,
+               float(wh[2 * mid + j]) if wh is not None else 0.0) for j in (0, 1)]
+    i = np.arange(n)
+    good = np.ones(n, bool)
+    for j, (dl, dh, a, b) in enumerate(phases):
+        ox = 2 * i + j
+        good &= (lo[ox] == i + dl) & (hi[ox] == i + dh)
+        if wl is not None:
+            good &= (wl[ox] == np.float32(a)) & (wh[ox] == np.float32(b))
+    best, start = (0, 0), None
+    for k in range(n + 1):
+        if k < n and good[k]:
+            start = k if start is None else start
+        elif start is not None:
+            best = max(best, (start, k), key=lambda se: se[1] - se[0])
+            start = None
+    i0, i1 = best
+    return (i0, i1, phases) if i1 - i0 >= 16 else None
+
+
+def _interleaved(d: Doubled, src: str, wo: int, scalar: str) -> list[str]:
+    """The row's columns: 16 source columns a step give 32 outputs (both phases as vectors, interleaved by
+    shuffle2; the last step ends at the run's end, overlapping the one before), the columns before and
+    after the run through the tables (`scalar`, with `ox`)."""
+    i0, i1, phases = d
+    lo_mask = ", ".join(f"{k}, {k + 16}" for k in range(8))
+    hi_mask = ", ".join(f"{k}, {k + 16}" for k in range(8, 16))
+
+    def phase(j: int) -> str:
+        dl, dh, a, b = phases[j]
+        v = f"vload16(0, {src} + s + {dl})" if dl else f"vload16(0, {src} + s)"
+        if a == 1.0 and b == 0.0:
+            return v
+        u = f"vload16(0, {src} + s + {dh})" if dh else f"vload16(0, {src} + s)"
+        return f"{v} * {_lit(a, 'float')} + {u} * {_lit(b, 'float')}"
+
+    e, o = phase(0), phase(1)
+    both = f"const float16 e = {e};" if e == o else f"const float16 e = {e}, o = {o};"
+    odd = "e" if e == o else "o"
+    return ([f"    for (int ox = 0; ox < {2 * i0}; ++ox) {scalar}"] if i0 else []) + [
+        f"    for (int i = {i0}; i < {i1}; i += 16) {{",
+        f"        const int s = min(i, {i1 - 16});",
+        f"        {both}",
+        f"        vstore16(shuffle2(e, {odd}, (uint16)({lo_mask})), 0, dst + 2 * s);",
+        f"        vstore16(shuffle2(e, {odd}, (uint16)({hi_mask})), 0, dst + 2 * s + 16);",
+        "    }"] + ([f"    for (int ox = {2 * i1}; ox < {wo}; ++ox) {scalar}"] if 2 * i1 < wo else [])
 
 
 def _launch(lines: list[str], rows: int) -> Kernel:
