@@ -15,7 +15,16 @@ Greedy, producer to consumer, in program order:
    template normalizes each output row once the row is computed) and its own elementwise consumers, and
    end in a `split` along the last axis (a multi-result region: merged Q/K/V projections, made by
    merge-sibling-matmuls, store each column range straight to its own result), unless a layer_norm
-   joined (its template writes whole rows).
+   joined (its template writes whole rows). Before a `matmul` or `gemm`, the `layer_norm` over the last
+   axis computing its A (directly or through a reshape keeping the last axis) joins when that is its only
+   user (pre-LN transformers: the template normalizes A's rows as it reads them, and the normalized A is
+   never written); the norm then forms no region of its own. Only up to `norm-prologue-max-n` output
+   columns (16: one column block of the widest vectors): the template's work-items each compute a column
+   block of some rows and recompute those rows' statistics, which on PoCL's CPU device cost more than
+   the norm's own launch once there are several blocks (GPT-2's 32x128 @ 128x2048 head: 0.15 -> 0.26 ms
+   for the 1.5 us kernel it saves). A norm read by a contraction that cannot take it is remarked:
+   `multi-use`, `reduction-axis`, `layout-mismatch` (gemm's trans_a), `dtype` (not f32),
+   `would-recompute` (too many columns).
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -85,7 +94,9 @@ class Fuse(Pass):
     """Form kernel regions: elementwise chains, conv/matmul epilogues, reductions with prologue/epilogue.
 
     Options: `max-ops` (ops per region), `max-args` (operands per region), `recompute` (clone cheap
-    multi-use producers into each consumer's region instead of refusing). See the module docstring.
+    multi-use producers into each consumer's region instead of refusing), `norm-prologue-max-n` (the
+    widest contraction, in output columns, that takes the layer_norm computing its A). See the module
+    docstring.
     """
 
     NAME = "fuse"
@@ -98,6 +109,7 @@ class Fuse(Pass):
     max_ops: int = 16
     max_args: int = 8
     recompute: bool = False
+    norm_prologue_max_n: int = 16
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:
@@ -213,7 +225,18 @@ class _Fuser:
     # anchored regions -----------------------------------------------------------------------------
     def anchor_region(self, anchor: Op) -> None:
         kind = "epilogue" if anchor.name in EPILOGUE_ANCHORS else "reduction"
+        if anchor.name == "layer_norm" and self.normalized_by_reader(anchor):
+            return  # the matmul or gemm reading it normalizes its A rows itself
         ops = [anchor]
+        if anchor.name in ROW_ANCHORS:
+            pro = self.norm_before(anchor)
+            if pro and self.normalized_by_reader(pro[0], remark=False):
+                problem = self.too_large([*pro, anchor], anchor)
+                if problem:
+                    self.missed("too-large", [pro[0], anchor], f"'layer_norm' stays out of the kernel of "
+                                f"'{anchor.name}': {problem}")
+                else:
+                    ops[:0] = pro
         unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
         shuffle = self.absorbable_shuffle(anchor) if unpack is None else []
         if unpack is not None:
@@ -238,6 +261,55 @@ class _Fuser:
             self.row_tail(anchor, ops)
         if len(ops) > 1:
             self.form(ops, kind, anchor)
+
+    def normalized_by_reader(self, ln: Op, remark: bool = True) -> bool:
+        """Whether `ln`'s only reader is a matmul or gemm, as its A, that normalizes A's rows as it reads
+        them (the layer_norm then joins that kernel, not a region of its own); a reader that cannot is
+        remarked (`multi-use`, `reduction-axis`, `layout-mismatch`, `dtype`)."""
+        v = ln.result
+        readers = [r for r in (self.row_reader(u, i) for u, i in v.uses) if r is not None]
+        if not readers:
+            return False
+        reader = readers[0]
+        where = f"the kernel of '{reader.name}' cannot normalize its A rows as it reads them"
+        missed = self.missed if remark else lambda *_: None
+        axis = ln.attrs.get("axis", -1)
+        rank = v.type.rank
+        if len(v.uses) != 1:
+            missed("multi-use", [ln, *readers], f"the result of 'layer_norm' has {len(v.uses)} users; "
+                        f"{where}, each would normalize again")
+        elif (axis + rank if axis < 0 else axis) != rank - 1:
+            missed("reduction-axis", [ln, reader], f"'layer_norm' normalizes from axis {axis}, not the "
+                        f"last axis only; {where}")
+        elif reader.name == "gemm" and reader.attrs.get("trans_a"):
+            missed("layout-mismatch", [ln, reader], f"'gemm' reads A transposed (trans_a), so the "
+                        f"normalized axis is not its rows; {where}")
+        elif v.type.dtype != "f32" or ln.operands[0].type.dtype != "f32":
+            missed("dtype", [ln, reader], f"'layer_norm' of {v.type.dtype}: {where} (f32 only)")
+        elif (n := (reader.result.type.dims or (1,))[-1]) > self.p.norm_prologue_max_n:
+            missed("would-recompute", [ln, reader], f"'{reader.name}' has {n} output columns: every column "
+                   f"block of its kernel would recompute the rows' statistics, which costs more than the "
+                   f"launch it saves (norm-prologue-max-n={self.p.norm_prologue_max_n})")
+        else:
+            return True
+        return False
+
+    def row_reader(self, user: Op, index: int) -> Op | None:
+        """The matmul or gemm reading a value as its A, directly (`user`, operand `index`) or through one
+        reshape that keeps the last axis (a view: rows stay rows), else None."""
+        if user.name == "reshape" and keeps_rows(user) and len(user.result.uses) == 1 and self.fusible(user):
+            user, index = user.result.uses[0]
+        return user if user.name in ROW_ANCHORS and index == 0 and self.fusible(user) else None
+
+    def norm_before(self, anchor: Op) -> list[Op]:
+        """[layer_norm] or [layer_norm, reshape]: the norm computing `anchor`'s A, maybe through a view."""
+        p = anchor.operands[0].op
+        chain = []
+        if p is not None and p.name == "reshape" and keeps_rows(p) and self.fusible(p):
+            chain, p = [p], p.operands[0].op
+        if p is None or p.name != "layer_norm" or not self.fusible(p):
+            return []
+        return [p, *chain]
 
     def row_tail(self, anchor: Op, ops: list[Op]) -> None:
         """After a matmul/gemm epilogue: a `layer_norm` over the last axis (then its own elementwise
@@ -725,6 +797,12 @@ def channel_shuffle_ops(v: Value) -> list[Op] | None:
     s5 = split.result.type.dims
     split_ok = len(s5) == 5 and s5[:1] + s5[3:] == (n, h, w) and s5[1] * s5[2] == c
     return [split, tr, back] if split_ok and v.type.dims == (n, c, h, w) else None
+
+
+def keeps_rows(reshape: Op) -> bool:
+    """A reshape of static shapes that keeps the last axis (it merges or splits the rows only)."""
+    x, y = reshape.operands[0].type, reshape.result.type
+    return x.is_static and y.is_static and x.rank >= 1 and y.rank >= 1 and x.dims[-1] == y.dims[-1]
 
 
 def is_channel_shuffle(v: Value) -> bool:

@@ -245,6 +245,60 @@ def test_gemm_layer_norm_without_chain_before() -> None:
 
 
 @pytest.mark.parametrize(
+    ("shape", "n", "params", "after"),
+    [((2, 32, 128), 384, "both", "bias"), ((1, 17, 64), 256, "both", "gelu"), ((33, 24), 40, "scale", "none"),
+     ((3, 20), 48, "scalar", "none"), ((1, 5, 12), 1, "both", "none")],
+    ids=["gpt2-qkv", "vit-fc1-gelu", "k-by-8-n-tail", "scalar-scale-no-bias", "gemv"],
+)
+def test_layer_norm_before_matmul_in_one_launch(shape: tuple[int, ...], n: int, params: str, after: str) -> None:
+    """A layer_norm over K read by a matmul (pre-LN transformers): the matmul normalizes A's rows as it
+    reads them, the normalized A is never written. K = 24 and 12 take 8- and 4-lane statistics."""
+    k = shape[-1]
+    x, w, y, v = T(*shape), T(k, n), T(*shape[:-1], n), T(n)
+    ps = {"both": [T(k), T(k)], "scale": [T(k)], "scalar": [T(1)]}[params]
+    names = ["g", "gb"][: len(ps)]
+    norm = (f"%n = layer_norm %_x, {', '.join(f'%_{p}' for p in names)} {{axis = -1, epsilon = 1e-5}} : "
+            f"({x}, {', '.join(ps)}) -> {x}")
+    tail = {"bias": [f"%q = add %p, %_bias : ({y}, {v}) -> {y}", f"yield %q : {y}"],
+            "gelu": [f"%q = add %p, %_bias : ({y}, {v}) -> {y}", f"%o = gelu %q : ({y}) -> {y}",
+                     f"yield %o : {y}"],
+            "none": [f"yield %p : {y}"]}[after]
+    body = "\n".join([norm, f"%p = matmul %n, %_w : ({x}, {w}) -> {y}", *tail])
+    consts = {**dict(zip(names, ps, strict=True)), "w": w, **({"bias": v} if after != "none" else {})}
+    operands = ["x", *names, "w", *(["bias"] if after != "none" else [])]
+    lowered, _ = run(module({"x": x}, consts, body, operands, [y], "epilogue"))
+    assert "A's rows normalized as read" in source(lowered)
+
+
+def test_layer_norm_through_a_view_before_gemm() -> None:
+    """GPT-2's Conv1D: the norm's [1, T, C] result viewed as [T, C] rows before a gemm (bias C): the view
+    joins the kernel too, which reads the norm's input as the same rows."""
+    x, a, w, c, y = T(1, 32, 64), T(32, 64), T(64, 192), T(192), T(32, 192)
+    body = f"""
+    %n = layer_norm %_x, %_p, %_q {{axis = 2}} : ({x}, {T(64)}, {T(64)}) -> {x}
+    %v = reshape %n {{shape = [32, 64]}} : ({x}) -> {a}
+    %g = gemm %v, %_w, %_c : ({a}, {w}, {c}) -> {y}
+    yield %g : {y}"""
+    consts = {"p": T(64), "q": T(64), "w": w, "c": c}
+    m, _ = run(module({"x": x}, consts, body, ["x", "p", "q", "w", "c"], [y], "epilogue"))
+    assert "A's rows normalized as read" in source(m)
+
+
+def test_layer_norm_before_gemm_and_after_it() -> None:
+    """A gemm whose A is normalized as read and whose rows are normalized after: both in one launch."""
+    a, b, c, y = T(12, 32), T(64, 32), T(64), T(12, 64)
+    body = f"""
+    %n = layer_norm %_a, %_p, %_q {{axis = 1}} : ({a}, {T(32)}, {T(32)}) -> {a}
+    %g = gemm %n, %_w, %_c {{trans_b = true}} : ({a}, {b}, {c}) -> {y}
+    %o = layer_norm %g, %_s, %_t {{axis = 1, epsilon = 1e-3}} : ({y}, {c}, {c}) -> {y}
+    yield %o : {y}"""
+    consts = {"p": T(32), "q": T(32), "w": b, "c": c, "s": c, "t": c}
+    m, _ = run(module({"a": a}, consts, body, ["a", "p", "q", "w", "c", "s", "t"], [y], "epilogue"))
+    src = source(m)
+    assert "A's rows normalized as read" in src and "normalize the rows just computed" in src
+
+
+@pytest.mark.parametrize(
     ("sizes", "cols"), [((128, 128, 128), 16), ((24, 8, 40), 8), ((12, 20), 4)], ids=["qkv", "by-8", "by-4"]
 )
 def test_matmul_split_stores_each_piece(sizes: tuple[int, ...], cols: int) -> None:

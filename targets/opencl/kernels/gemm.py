@@ -16,6 +16,14 @@ are applied per stored vector. Two more fusion hooks (`Tail`): `split` stores co
 separate results (merged Q/K/V projections), and `rows` runs code on whole output rows after the product:
 each work-item then computes every column block of its rows in turn (no barrier: a work-group version ran
 7x slower on PoCL) and the hook's code runs on those rows (a fused layer_norm).
+A prologue hook (`ANorm`) normalizes A's rows as they are read, a layer_norm over K fused in front (pre-LN
+transformers, ConvNeXt): A is read as is ("rows"); each work-item first finds the mean and 1/sqrt(var +
+eps) of its rows (two passes, as the reference computes them), then the main loop multiplies A by B
+scaled by the norm's scale at k and sums that scaled B and bias[k] * B beside it (three vector ops per k
+shared by all the rows, the rows' FMAs unchanged: subtracting the mean from each A scalar instead ran
+2.6x slower); the stored value is (acc - mean * sum(scale * B)) * rstd + sum(bias * B). The subtraction
+loses float32 precision only when a row's mean is ~1e3 times its deviation. The normalized A is never
+written.
 """
 
 from __future__ import annotations
@@ -105,6 +113,16 @@ class Tail:
 NO_TAIL = Tail()
 
 
+@dataclass(frozen=True)
+class ANorm:
+    """A layer_norm over K applied to A's rows as they are read: `scale` and `bias` are C expressions of
+    the norm's scale and bias at k (`{k}` stands for the index; bias None: no bias), `eps` its epsilon."""
+
+    scale: str
+    bias: str | None
+    eps: float
+
+
 @dataclass
 class Gemm:
     """One (batched) contraction Y[b, m, n] = epi(sum_k A[b, m, k] * B[b, k, n]) in the packed layouts."""
@@ -118,6 +136,7 @@ class Gemm:
     rows: int
     cols: int
     a_mode: str = "panel"  # how A is read: "panel" | "rows" | "cols" (see the module docstring)
+    a_norm: ANorm | None = None  # A's rows normalized as they are read (mode "rows" only)
 
     @property
     def mb(self) -> int:
@@ -188,6 +207,39 @@ def a_scalar(g: Gemm, s: int, i: int, kk: str) -> str:
     return f"a_{i}[{kk}]" if g.a_mode == "rows" else f"a_{i}[({kk}) * {g.m}]"
 
 
+def row_stats(g: Gemm) -> list[str]:
+    """With `g.a_norm`: each tile row's mean and 1/sqrt(var + eps) over K (`mean_i`, `rstd_i`), two passes
+    as the reference computes them, 16 or 8 lanes at a time when K allows."""
+    if g.a_norm is None:
+        return []
+    k = g.k
+    w = 16 if k % 16 == 0 else 8 if k % 8 == 0 else 4 if k % 4 == 0 else 1
+    vt = vtype(w)
+    total = flit(float(k))
+
+    def fold(acc: str) -> str:
+        lanes = [f"{acc}.s{'0123456789abcdef'[j]}" for j in range(w)] if w > 1 else [acc]
+        while len(lanes) > 1:  # pairwise, as the reference's reductions fold
+            lanes = [f"({lanes[j]} + {lanes[j + len(lanes) // 2]})" for j in range(len(lanes) // 2)]
+        return lanes[0]
+
+    out = [f"    // A's rows normalized as read: mean and 1/sqrt(var + {g.a_norm.eps:g}) over K = {k}"]
+    for i in range(g.rows):
+        ld = vload(w, f"a_{i} + j")
+        out += [f"    float mean_{i}, rstd_{i};",
+                "    {",
+                f"        {vt} s = 0.0f, q = 0.0f;",
+                f"        for (int j = 0; j < {k}; j += {w}) s += {ld};",
+                f"        mean_{i} = {fold('s')} / {total};",
+                f"        for (int j = 0; j < {k}; j += {w}) {{",
+                f"            const {vt} d = {ld} - mean_{i};",
+                "            q += d * d;",
+                "        }",
+                f"        rstd_{i} = 1.0f / sqrt({fold('q')} / {total} + {flit(g.a_norm.eps)});",
+                "    }"]
+    return out
+
+
 def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str] | None = None,
                 epilogue: Epilogue | None = None, n_inputs: int = 2, tail: Tail = NO_TAIL) -> str:
     """The micro-kernel. `bias(value, lanes, m, n0)` rewrites each stored value (alpha and beta * C of
@@ -211,19 +263,32 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
              *([] if tail.rows else ["    const int nb = get_global_id(1);"]),
              "    const int b = get_global_id(2);",
              f"    if (mb >= {g.mb}) return;",
-             *a_pointers(g)]
+             *a_pointers(g),
+             *(row_stats(g) if tail.rows else [])]  # once for every column block the work-item does
     head = len(lines)
     lines.append(f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
                  f" + nb * {k * c};")
     accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
     for s in range(ksplit):
         lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs[s])};")
+    nm = g.a_norm
+    if nm is not None:
+        lines.append(f"    {vt} sg = 0.0f;  // sum_k scale[k] * B[k, n]")
+        if nm.bias is not None:
+            lines.append(f"    {vt} cb = 0.0f;  // sum_k bias[k] * B[k, n]")
 
     def step(s: int, kk: str) -> list[str]:
         out = [f"        const {vt} b{s} = {vload(c, f'bp + ({kk}) * {c}')};"]
         if g.a_mode == "panel":
             out.append(f"        const __global float* a{s} = a + ({kk}) * {r};")
-        out += [f"        {accs[s][i]} = mad({a_scalar(g, s, i, kk)}, b{s}, {accs[s][i]});" for i in range(r)]
+        bv = f"b{s}"
+        if nm is not None:  # A @ (scale * B), its column sums and bias @ B beside it: shared by the rows
+            out.append(f"        const {vt} g{s} = b{s} * {nm.scale.format(k=kk)};")
+            out.append(f"        sg += g{s};")
+            if nm.bias is not None:
+                out.append(f"        cb = mad(({vt})({nm.bias.format(k=kk)}), b{s}, cb);")
+            bv = f"g{s}"
+        out += [f"        {accs[s][i]} = mad({a_scalar(g, s, i, kk)}, {bv}, {accs[s][i]});" for i in range(r)]
         return out
 
     main = k - k % ksplit
@@ -237,6 +302,11 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
         lines.append("    }")
     for s in range(1, ksplit):
         lines += [f"    {accs[0][i]} += {accs[s][i]};" for i in range(r)]
+    if nm is not None:  # ((A - mean) @ (scale * B)) * rstd + bias @ B
+        if not tail.rows:  # after the product: nothing live across its loop but the accumulators
+            lines += row_stats(g)
+        cb = " + cb" if nm.bias is not None else ""
+        lines += [f"    {accs[0][i]} = ({accs[0][i]} - mean_{i} * sg) * rstd_{i}{cb};" for i in range(r)]
     # epilogue: row m of the tile goes to Y[b][m][n0 ..]
     lines.append(f"    const int n0 = nb * {c};")
     limit = None if n % c == 0 else f"{n} - n0"
@@ -358,7 +428,12 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
     pack: dict[int, PackSpec] = {}
     scratch: list[int] = []
     a_rank = ctx.operands[0].rank
-    g.a_mode, chosen = choose_a_mode(ctx, g, trans_a, math.prod(a_batch) * g.m * g.k)
+    if g.a_norm is not None:  # the normalization reads A's rows as they are
+        if trans_a:
+            raise NotLowerable("A's rows are normalized over K, but A is stored transposed")
+        g.a_mode, chosen = "rows", False
+    else:
+        g.a_mode, chosen = choose_a_mode(ctx, g, trans_a, math.prod(a_batch) * g.m * g.k)
     if g.a_mode != "panel":
         g.a_batch_strides = aligned_strides(g.batch, a_batch, g.m * g.k)
         a_arg = "A itself"
@@ -398,7 +473,8 @@ def matmul(ctx: Ctx) -> Lowered:
     return lower_matmul(ctx)
 
 
-def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL) -> Lowered:
+def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL,
+                 a_norm: ANorm | None = None) -> Lowered:
     """numpy matmul: batch dims broadcast; a 1-D A is one row, a 1-D B one column."""
     a, b = ctx.operands
     check_float32("matmul", a, b, *ctx.results)
@@ -413,7 +489,7 @@ def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAI
         # [I, 4H]: 32 GEMVs at 45 GFLOP/s before)
         m, ab, batch = m * math.prod(ab), (), ()
     rows, cols = tile_params(ctx, m, n, tail.split)
-    g = Gemm(batch, (), (), m, k, n, rows, cols)
+    g = Gemm(batch, (), (), m, k, n, rows, cols, a_norm=a_norm)
     g.b_batch_strides = aligned_strides(batch, bb, g.nb * k * cols)
     return lower_contraction(ctx, g, a_batch=ab, trans_a=False, trans_b=False, b_rank=max(2, b.rank),
                              bias=None, epilogue=epilogue, tail=tail)
@@ -424,7 +500,8 @@ def gemm(ctx: Ctx) -> Lowered:
     return lower_gemm(ctx)
 
 
-def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL) -> Lowered:
+def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL,
+               a_norm: ANorm | None = None) -> Lowered:
     """alpha * op(A) @ op(B) + beta * C, C broadcast to [M, N], applied in the epilogue."""
     a, b = ctx.operands[:2]
     check_float32("gemm", *ctx.operands, *ctx.results)
@@ -432,7 +509,7 @@ def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL)
     m, k = reversed(a.dims) if ta else a.dims
     n = b.dims[0] if tb else b.dims[1]
     rows, cols = tile_params(ctx, m, n, tail.split)
-    g = Gemm((), (), (), m, k, n, rows, cols)
+    g = Gemm((), (), (), m, k, n, rows, cols, a_norm=a_norm)
     alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
     c = ctx.operands[2] if len(ctx.operands) > 2 else None
 
