@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.attributes import Attr
 from ..ir.core import Module, Op, Value
 from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
@@ -97,7 +98,7 @@ class DecomposeConvTranspose(Pass):
                 if b is None:
                     return refuse(op, Refusal("weights", "its bias is not a constant"))
                 operands.append(self._const(module, op, np.repeat(b, s * s), TensorType((o * s * s,), dt)))
-            conv_attrs = {"pads": [mh - 1, mw - 1, mh - 1, mw - 1], "groups": g}
+            conv_attrs: dict[str, Attr] = {"pads": [mh - 1, mw - 1, mh - 1, mw - 1], "groups": g}
             conv_t = TensorType((n, o * s * s, h + mh - 1, wd + mw - 1), dt)
             if infer_type("conv2d", [v.type for v in operands], conv_attrs) != conv_t:
                 return refuse(op, Refusal("weights", "the sub-pixel conv2d would not type-check"))
@@ -106,7 +107,7 @@ class DecomposeConvTranspose(Pass):
                 y = rw.create(op, "depth_to_space", [y], [TensorType((n, o, full_h, full_w), dt)],
                               {"blocksize": s, "mode": "CRD"}, loc).result
             if (ho, wo) != (full_h, full_w):
-                crop = {"starts": [top, left], "ends": [top + ho, left + wo], "axes": [2, 3]}
+                crop: dict[str, Attr] = {"starts": [top, left], "ends": [top + ho, left + wo], "axes": [2, 3]}
                 y = rw.create(op, "slice", [y], [op.result.type], crop, loc).result
             y.name = op.result.name
             how = f"a {mh}x{mw} conv2d with {o * s * s} output channels" + (

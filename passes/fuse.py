@@ -273,7 +273,7 @@ class _Fuser:
         reader = readers[0]
         where = f"the kernel of '{reader.name}' cannot normalize its A rows as it reads them"
         missed = self.missed if remark else lambda *_: None
-        axis = ln.attrs.get("axis", -1)
+        axis = int(ln.attrs.get("axis", -1))  # type: ignore[arg-type]
         rank = v.type.rank
         if len(v.uses) != 1:
             missed("multi-use", [ln, *readers], f"the result of 'layer_norm' has {len(v.uses)} users; "

@@ -15,7 +15,9 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
 - `elementwise`: a chain of elementwise ops computed per output element;
 - `epilogue`: one contraction (`conv2d`, `matmul`, `gemm`) whose result flows through elementwise ops;
   after a `matmul` or `gemm` also through a `layer_norm` over the last axis (and more elementwise ops),
-  and into a `split` along the last axis whose pieces are the region's results;
+  and into a `split` along the last axis whose pieces are the region's results; a `matmul` or `gemm` may
+  read its A from a `layer_norm` over the last axis of an operand (maybe through a `reshape` keeping the
+  last axis) that the template applies as A's rows are read;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;
 - `generic`: anything else (the lowering runs its ops one kernel after another).

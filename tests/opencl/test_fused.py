@@ -250,7 +250,8 @@ def test_gemm_layer_norm_without_chain_before() -> None:
      ((3, 20), 48, "scalar", "none"), ((1, 5, 12), 1, "both", "none")],
     ids=["gpt2-qkv", "vit-fc1-gelu", "k-by-8-n-tail", "scalar-scale-no-bias", "gemv"],
 )
-def test_layer_norm_before_matmul_in_one_launch(shape: tuple[int, ...], n: int, params: str, after: str) -> None:
+def test_layer_norm_before_matmul_in_one_launch(shape: tuple[int, ...], n: int, params: str,
+                                                after: str) -> None:
     """A layer_norm over K read by a matmul (pre-LN transformers): the matmul normalizes A's rows as it
     reads them, the normalized A is never written. K = 24 and 12 take 8- and 4-lane statistics."""
     k = shape[-1]

@@ -104,6 +104,16 @@ def check_contract(k: Op) -> None:
             for v in o.operands:
                 assert broadcast_shapes(v.type.shape, shape) == shape
         return
+    if kind == "epilogue" and ops[0].name == "layer_norm":  # the norm of a matmul's or gemm's A
+        ln, reads = ops[0], ops[1]
+        if reads.name == "reshape":
+            assert reads.operands[0] is ln.result
+            assert reads.result.type.dims[-1] == ln.result.type.dims[-1]
+            reads = ops[2]
+        assert reads.name in ROW_ANCHORS and reads.operands[0] is ops[ops.index(reads) - 1].result
+        assert ln.operands[0] in body.args and len(ln.result.uses) == 1
+        assert norm_axis(ln.attrs.get("axis", -1), ln.result.type.rank) == ln.result.type.rank - 1
+        ops = ops[ops.index(reads):]
     anchors = [o for o in ops if is_anchor(o)]
     norms = [o for o in anchors[1:] if o.name == "layer_norm"]
     row_norm = kind == "epilogue" and anchors[0].name in ROW_ANCHORS
@@ -117,7 +127,7 @@ def check_contract(k: Op) -> None:
     i = ops.index(anchor)
     before, after = ops[:i], ops[i + 1 :]
     if kind == "epilogue":
-        assert all(v in body.args or (v.op is not None and v.op.name in ("unpack", "reshape"))
+        assert all(v in body.args or (v.op is not None and v.op.name in ("unpack", "reshape", "layer_norm"))
                    for v in anchor.operands)
         assert [o.name for o in before] in ([], ["unpack"], ["reshape", "transpose", "reshape"])
         if before:  # an NCHWc unpack, or a channel shuffle before a depthwise conv
