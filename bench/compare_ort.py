@@ -140,8 +140,8 @@ def main() -> None:
     print(f"onnxruntime nodes matching no tessel kernel: {sum(t for t, _ in left):.3f} ms ("
           + ", ".join(f"{k} {t:.3f}" for t, k in left[:4]) + (", ..." if len(left) > 4 else "") + ")")
     for diff, r, theirs, nodes in out[: args.top]:
-        names = ", ".join(r.locs[:3]) + (f" (+{len(r.locs) - 3})" if len(r.locs) > 3 else "")
-        print(f"{r.name[:34]:34s} {r.ms:9.3f} {theirs:8.3f} {diff:+8.3f}  {names}"
+        locs = ", ".join(r.locs[:3]) + (f" (+{len(r.locs) - 3})" if len(r.locs) > 3 else "")
+        print(f"{r.name[:34]:34s} {r.ms:9.3f} {theirs:8.3f} {diff:+8.3f}  {locs}"
               + ("" if nodes else "  [no onnxruntime node of that name]"))
 
 

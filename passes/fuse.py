@@ -265,7 +265,8 @@ class _Fuser:
     def normalized_by_reader(self, ln: Op, remark: bool = True) -> bool:
         """Whether `ln`'s only reader is a matmul or gemm, as its A, that normalizes A's rows as it reads
         them (the layer_norm then joins that kernel, not a region of its own); a reader that cannot is
-        remarked (`multi-use`, `reduction-axis`, `layout-mismatch`, `dtype`)."""
+        remarked when `remark` (`multi-use`, `reduction-axis`, `layout-mismatch`, `dtype`,
+        `would-recompute`)."""
         v = ln.result
         readers = [r for r in (self.row_reader(u, i) for u, i in v.uses) if r is not None]
         if not readers:
@@ -276,14 +277,14 @@ class _Fuser:
         axis = int(ln.attrs.get("axis", -1))  # type: ignore[arg-type]
         rank = v.type.rank
         if len(v.uses) != 1:
-            missed("multi-use", [ln, *readers], f"the result of 'layer_norm' has {len(v.uses)} users; "
-                        f"{where}, each would normalize again")
+            missed("multi-use", [ln, *readers],
+                   f"the result of 'layer_norm' has {len(v.uses)} users; {where}, each would normalize again")
         elif (axis + rank if axis < 0 else axis) != rank - 1:
-            missed("reduction-axis", [ln, reader], f"'layer_norm' normalizes from axis {axis}, not the "
-                        f"last axis only; {where}")
+            missed("reduction-axis", [ln, reader],
+                   f"'layer_norm' normalizes from axis {axis}, not the last axis only; {where}")
         elif reader.name == "gemm" and reader.attrs.get("trans_a"):
-            missed("layout-mismatch", [ln, reader], f"'gemm' reads A transposed (trans_a), so the "
-                        f"normalized axis is not its rows; {where}")
+            missed("layout-mismatch", [ln, reader],
+                   f"'gemm' reads A transposed (trans_a), so the normalized axis is not its rows; {where}")
         elif v.type.dtype != "f32" or ln.operands[0].type.dtype != "f32":
             missed("dtype", [ln, reader], f"'layer_norm' of {v.type.dtype}: {where} (f32 only)")
         elif (n := (reader.result.type.dims or (1,))[-1]) > self.p.norm_prologue_max_n:

@@ -575,13 +575,14 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block, shuffle, a_norm = [], None, 0, None, None
+    where, unpack, in_block, shuffle, norm = [], None, 0, None, NO_NORM
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
             where.append(rg.arg[id(v)])
-        elif k == 0 and (a_norm := norm_prologue(rg, anchor)) is not None:
-            where.append(a_norm[0])
+        elif k == 0 and (found := norm_prologue(rg, anchor)) is not None:
+            norm = found
+            where.append(norm.arg)
         elif k == 0 and anchor.name == "conv2d" and (shuffle := channel_shuffle(rg, v)) is not None:
             where.append(shuffle[0])
         elif (
@@ -599,13 +600,11 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     main = anchor.results[0]
     result = split.operands[0] if split else rg.yields[0]
     skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else [])),
-            *(id(o) for o in (a_norm[2] if a_norm else ()))}
+            *(id(o) for o in norm.ops)}
     ops = [op for op in rg.ancestors(result) if id(op) not in skip]
-    pro = {"a_norm": a_norm[1]} if a_norm else {}
-    reads = a_norm[3] if a_norm else ()
     norms = [op for op in ops if op.name == "layer_norm"]
     if norms:
-        return lower_row_norm(ctx, rg, anchor, where, ops, norms, result, table, a_norm)
+        return lower_row_norm(ctx, rg, anchor, where, ops, norms, result, table, norm)
     packs = [op for op in ops if op.name == "pack"]
     if len(packs) > 1 or (packs and anchor.name not in BLOCKED):
         raise NotLowerable(f"one pack, after {', '.join(BLOCKED)} only")
@@ -641,21 +640,34 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     elif shuffle:
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     elif split:
-        low = fn(sub, epi, tail=Tail(split=tuple(t.dims[-1] for t in split.result_types)), **pro)
+        low = fn(sub, epi, tail=Tail(split=tuple(t.dims[-1] for t in split.result_types)), **norm.kwargs)
     else:
-        low = fn(sub, epi, **pro)
+        low = fn(sub, epi, **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
-    low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
-                 extra_params=True, reads=reads)
+    low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *norm.reads})), len(anchor.operands),
+                 extra_params=True, reads=norm.reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)
-                 + len(a_norm[2] if a_norm else ()))
+                 + len(norm.ops))
     low.schedule = {**low.schedule, "fused": fused_ops}
     return low
 
 
-NormPrologue = tuple[int, ANorm, tuple[Op, ...], tuple[int, ...]]
-"""(the kernel operand of the norm's input, the template's hook, the layer_norm and the reshape after it if
-any, the operands the hook reads)."""
+@dataclass(frozen=True)
+class NormPrologue:
+    """A layer_norm a matmul's or gemm's template applies to A's rows as it reads them."""
+
+    arg: int  # the kernel operand of the norm's input
+    hook: ANorm | None  # the template's hook (None: no norm, NO_NORM)
+    ops: tuple[Op, ...] = ()  # the layer_norm, and the reshape after it if any
+    reads: tuple[int, ...] = ()  # the kernel operands the hook reads (scale, bias)
+
+    @property
+    def kwargs(self) -> dict[str, ANorm]:
+        """The keyword the contraction templates take the hook by (none without a norm)."""
+        return {"a_norm": self.hook} if self.hook else {}
+
+
+NO_NORM = NormPrologue(-1, None)
 
 
 def norm_prologue(rg: Region, anchor: Op) -> NormPrologue | None:
@@ -673,7 +685,7 @@ def norm_prologue(rg: Region, anchor: Op) -> NormPrologue | None:
     if view is not None and view.results[0].type.dims[-1:] != (k,):
         raise NotLowerable("a reshape between a layer_norm and a contraction changes the last axis")
     if id(x) not in rg.arg:
-        raise NotLowerable("a layer_norm before a contraction reads a kernel operand")
+        raise NotLowerable("a layer_norm before a contraction must read a kernel operand")
     if norm_axis(rg.sig(ln)["axis"], x.type.rank) != x.type.rank - 1:
         raise NotLowerable("a layer_norm before a contraction normalizes the last axis only")
     params = list(ln.operands[1:])
@@ -686,7 +698,8 @@ def norm_prologue(rg: Region, anchor: Op) -> NormPrologue | None:
     exprs = [f"{nm}[0]" if v.type.numel == 1 else f"{nm}[{{k}}]" for nm, v in zip(names, params, strict=True)]
     eps = float(np.float32(rg.sig(ln)["epsilon"]))
     hook = ANorm(exprs[0], exprs[1] if len(exprs) > 1 else None, eps)
-    return rg.arg[id(x)], hook, (ln, *([view] if view else [])), tuple(rg.arg[id(v)] for v in params)
+    ops = (ln, view) if view else (ln,)
+    return NormPrologue(rg.arg[id(x)], hook, ops, tuple(rg.arg[id(v)] for v in params))
 
 
 def split_yields(rg: Region, anchor: Op) -> Op | None:
@@ -709,7 +722,7 @@ def split_yields(rg: Region, anchor: Op) -> Op | None:
 
 
 def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list[Op], norms: list[Op],
-                   result: Value, table: dict[str, Anchor], a_norm: NormPrologue | None = None) -> Lowered:
+                   result: Value, table: dict[str, Anchor], norm: NormPrologue = NO_NORM) -> Lowered:
     """A matmul/gemm whose epilogue ends in a `layer_norm` over its last axis (then an elementwise chain):
     each work-item of the contraction's template computes every column block of its rows, storing the
     pre-norm values (`epi` chain applied), then normalizes those rows in place (`post` chain applied): one
@@ -726,7 +739,7 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
         raise NotLowerable("the layer_norm's scale and bias are kernel operands")
     if any(v.type.numel not in (1, n) for v in params):
         raise NotLowerable(f"a fused layer_norm's scale and bias have 1 or {n} elements")
-    before = {id(anchor), *(id(o) for o in (a_norm[2] if a_norm else ()))}  # the anchor, its A's norm
+    before = {id(anchor), *(id(o) for o in norm.ops)}  # the anchor and the norm of its A
     pre = [op for op in rg.ancestors(ln.operands[0]) if id(op) not in before]
     post = [op for op in ops if op is not ln and op not in pre]
     check_types(ctx, *ops)
@@ -774,14 +787,13 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
         ]
 
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
-    pro = {"a_norm": a_norm[1]} if a_norm else {}
-    low = table[anchor.name](sub, epi.call if pre else None, tail=Tail(rows=rows), **pro)
+    low = table[anchor.name](sub, epi.call if pre else None, tail=Tail(rows=rows), **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
-    reads = tuple(rg.arg[id(v)] for v in params) + (a_norm[3] if a_norm else ())
+    reads = tuple(rg.arg[id(v)] for v in params) + norm.reads
     extras = sorted({*epi.extras, *tail.extras, *reads})
     low = finish(rg, low, [epi, tail], remap(where, extras), len(anchor.operands), extra_params=True,
                  reads=reads)
-    low.schedule = {**low.schedule, "fused": len(ops) + 1 + len(a_norm[2] if a_norm else ()), "row_norm": 1}
+    low.schedule = {**low.schedule, "fused": len(ops) + 1 + len(norm.ops), "row_norm": 1}
     return low
 
 

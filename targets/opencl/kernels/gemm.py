@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
+from .reduce import V, fold_lanes
 
 # A fused epilogue: (value expression, flat output index of its first lane, lanes) -> new expression of
 # the same type. `value` is a `float` (lanes == 1) or a `float<lanes>` whose lanes are consecutive output
@@ -209,33 +210,28 @@ def a_scalar(g: Gemm, s: int, i: int, kk: str) -> str:
 
 def row_stats(g: Gemm) -> list[str]:
     """With `g.a_norm`: each tile row's mean and 1/sqrt(var + eps) over K (`mean_i`, `rstd_i`), two passes
-    as the reference computes them, 16 or 8 lanes at a time when K allows."""
+    as the reference computes them, 16, 8 or 4 lanes at a time when K allows (lanes folded by halves, as
+    the reduction templates fold)."""
     if g.a_norm is None:
         return []
     k = g.k
-    w = 16 if k % 16 == 0 else 8 if k % 8 == 0 else 4 if k % 4 == 0 else 1
-    vt = vtype(w)
+    v = V("float", 16 if k % 16 == 0 else 8 if k % 8 == 0 else 4 if k % 4 == 0 else 1)
     total = flit(float(k))
-
-    def fold(acc: str) -> str:
-        lanes = [f"{acc}.s{'0123456789abcdef'[j]}" for j in range(w)] if w > 1 else [acc]
-        while len(lanes) > 1:  # pairwise, as the reference's reductions fold
-            lanes = [f"({lanes[j]} + {lanes[j + len(lanes) // 2]})" for j in range(len(lanes) // 2)]
-        return lanes[0]
-
     out = [f"    // A's rows normalized as read: mean and 1/sqrt(var + {g.a_norm.eps:g}) over K = {k}"]
     for i in range(g.rows):
-        ld = vload(w, f"a_{i} + j")
+        ld = v.load(f"a_{i}", "j")
         out += [f"    float mean_{i}, rstd_{i};",
                 "    {",
-                f"        {vt} s = 0.0f, q = 0.0f;",
-                f"        for (int j = 0; j < {k}; j += {w}) s += {ld};",
-                f"        mean_{i} = {fold('s')} / {total};",
-                f"        for (int j = 0; j < {k}; j += {w}) {{",
-                f"            const {vt} d = {ld} - mean_{i};",
+                f"        {v.t} s = 0.0f, q = 0.0f;",
+                f"        for (int j = 0; j < {k}; j += {v.w}) s += {ld};",
+                *(f"        {ln}" for ln in fold_lanes("add", v, "s")),
+                f"        mean_{i} = s_s / {total};",
+                f"        for (int j = 0; j < {k}; j += {v.w}) {{",
+                f"            const {v.t} d = {ld} - mean_{i};",
                 "            q += d * d;",
                 "        }",
-                f"        rstd_{i} = 1.0f / sqrt({fold('q')} / {total} + {flit(g.a_norm.eps)});",
+                *(f"        {ln}" for ln in fold_lanes("add", v, "q")),
+                f"        rstd_{i} = 1.0f / sqrt(q_s / {total} + {flit(g.a_norm.eps)});",
                 "    }"]
     return out
 
