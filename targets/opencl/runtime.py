@@ -92,7 +92,7 @@ device's own queue (PoCL's worker threads), `inline` on the companion's (the cal
 ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, cooperative, or a hybrid plan
 of pool and inline (hybrid_plan; docs/opencl.md "Execution")."""
 ADAPT_AFTER = 8
-"""Runs before `auto` compares the pool, inline and hybrid: a model run once or twice (a test, a one-shot
+"""Runs before `auto` compares the ways to run: a model run once or twice (a test, a one-shot
 tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
 ADAPT_MAX_SECONDS = 0.05
 """When a run on the pool takes longer, `auto` compares it with cooperative execution only: the inline
