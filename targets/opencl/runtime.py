@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,12 @@ ADAPT_MAX_SECONDS = 0.05
 """When a run on the pool takes longer, `auto` compares it with cooperative execution only: the inline
 device would give up a core, and dispatch is a few percent (a launch costs the pool 5-40 us), unless the
 model has more kernels than PoCL keeps loaded (docs/opencl.md "Execution")."""
+ADAPT_SECONDS = 0.5
+"""About how long `auto` spends comparing the ways to run (within ADAPT_CYCLES)."""
+ADAPT_CYCLES = (3, 25)
+"""The fewest and most interleaved cycles `auto` compares in (a cycle runs each way once or twice)."""
+ADAPT_MARGIN = 0.97
+"""Another way must take under this fraction of the pool's time (by the median ratio) to replace it."""
 
 
 @dataclass
@@ -399,28 +406,22 @@ class Executable:
         return [sorted(r[j] for r in runs)[repeat // 2] for j in range(len(self._live))]
 
     def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
-        """`auto`, after ADAPT_AFTER runs: time the pool, the inline device and cooperative execution on
-        these inputs (each once to compile, then the median of 3 runs, twice, alternating; of 7 runs,
-        three times, when a run takes under 5 ms); from each step's
-        time on the pool and inline (profiling events) and the overheads those walls imply, `hybrid_plan`
-        places each step, and a plan using both is timed too. The fastest is kept when it beats the pool
-        by 5%. A run over ADAPT_MAX_SECONDS on the pool compares the pool with cooperative only."""
-
-        runs = 3
-
-        def wall() -> float:
-            times = []
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                self.enqueue(inputs)
-                times.append(time.perf_counter() - t0)
-            return sorted(times)[runs // 2]
-
+        """`auto`, after ADAPT_AFTER runs: compare the pool, the inline device and cooperative execution on
+        these inputs, each compiled by a first run, then timed in interleaved cycles (`_interleaved`), and
+        judged by the median over cycles of its time over the pool's in the same cycle: this VM's noise
+        comes in phases of 0.1-1 s that slow every way of running, so only times taken side by side
+        compare. From each step's time on the pool and inline (profiling events) and the overheads the
+        walls imply, `hybrid_plan` places each step; a plan using both is compared with the pool the same
+        way. The fastest is kept when it beats the pool by ADAPT_MARGIN. A run over ADAPT_MAX_SECONDS on
+        the pool compares the pool with cooperative only."""
         n = len(self._live)
-        pool = wall()
+        walls = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.enqueue(inputs)
+            walls.append(time.perf_counter() - t0)
+        pool = sorted(walls)[1]
         long = pool > ADAPT_MAX_SECONDS
-        if pool < 0.005:  # short runs are cheap to repeat, and this VM's noise is widest on them
-            runs = 7
         plans = {"pool": ["pool"] * n}
         if not long:
             plans["inline"] = ["inline"] * n
@@ -433,28 +434,46 @@ class Executable:
             if name != "pool":
                 self.place(where)
                 self.enqueue(inputs)  # each device compiles its kernels at their first launch
-        times = {"pool": pool}
-        for _ in range(1 if long else 3 if runs > 3 else 2):
-            for name, where in plans.items():
-                self.place(where)
-                times[name] = min(times.get(name, math.inf), wall())
-        pool, inline = times["pool"], times.get("inline", math.inf)
-        if not long and n > 1:
+        block = 1 if long else 2  # a long run pays nothing to notice for a switch
+        cycles = min(ADAPT_CYCLES[1], max(ADAPT_CYCLES[0], int(ADAPT_SECONDS / (block * pool * len(plans)))))
+        times = self._interleaved(inputs, plans, cycles, block)
+        ratio = {k: _median_ratio(v, times["pool"]) for k, v in times.items()}
+        if "inline" in times and n > 1:
             pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
             inline_us = self._step_us(self.companion, self._inline_kernels()[1])
-            where = hybrid_plan(pool_us, inline_us, max(pool * 1e6 - sum(pool_us), 0.0) / (n + 2),
-                                max(inline * 1e6 - sum(inline_us), 0.0) / n)
+            pool_wall, inline_wall = statistics.median(times["pool"]), statistics.median(times["inline"])
+            where = hybrid_plan(pool_us, inline_us, max(pool_wall * 1e6 - sum(pool_us), 0.0) / (n + 2),
+                                max(inline_wall * 1e6 - sum(inline_us), 0.0) / n)
             if len(set(where)) > 1:
-                plans["hybrid"] = where
                 self._set_plan(where)
                 self.enqueue(inputs)
-                times["hybrid"] = wall()
-        best = min(times, key=lambda k: times[k])
-        if times[best] >= 0.95 * pool:
+                pair = self._interleaved(inputs, {"pool": plans["pool"], "hybrid": where}, cycles, block)
+                plans["hybrid"] = where
+                ratio["hybrid"] = _median_ratio(pair["hybrid"], pair["pool"])
+        best = min(ratio, key=lambda k: ratio[k])
+        if ratio[best] >= ADAPT_MARGIN:
             best = "pool"
         self.place(plans[best])
+        pool = statistics.median(times["pool"])
         self.adapt_note = f"{best}: " + ", ".join(
-            f"{k} {v * 1e3:.3f} ms" for k, v in sorted(times.items(), key=lambda kv: kv[1])) + " a run"
+            f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
+
+    def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
+                     block: int) -> dict[str, list[float]]:
+        """Seconds a run of each plan takes, one entry a cycle: each cycle runs every plan `block` times in
+        a row (the fastest counts: the first may pay for the switch), in an order that rotates."""
+        names = list(plans)
+        times: dict[str, list[float]] = {k: [] for k in names}
+        for c in range(cycles):
+            for name in names[c % len(names):] + names[: c % len(names)]:
+                self.place(plans[name])
+                best = math.inf
+                for _ in range(block):
+                    t0 = time.perf_counter()
+                    self.enqueue(inputs)
+                    best = min(best, time.perf_counter() - t0)
+                times[name].append(best)
+        return times
 
     # running ----------------------------------------------------------------------------------------
     def _host_views(self) -> None:
@@ -570,6 +589,11 @@ class Executable:
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
+
+
+def _median_ratio(times: Sequence[float], pool: Sequence[float]) -> float:
+    """The median over cycles of a plan's time over the pool's in the same cycle."""
+    return statistics.median(t / p for t, p in zip(times, pool, strict=True))
 
 
 def _address(b: Any) -> int:

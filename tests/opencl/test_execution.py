@@ -166,3 +166,40 @@ def test_pocl_companion_is_asked_for_unless_told_not_to(env: dict[str, str], bas
     out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True,
                          check=True).stdout
     assert ("'basic'" in out) == basic, out
+
+
+def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto` judges each way by its time over the pool's in the same cycle: here every run of a cycle is
+    slower than the one before (the VM's noise phases), and cooperative is 10% faster than the pool run
+    beside it. Comparing each way's best time, or a cycle whose order never rotates (the pool always ahead
+    of cooperative), would choose the pool."""
+    needs_companion()
+    from tessel.targets.opencl import runtime
+
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    if exe._cooperative_runner() is None:
+        pytest.skip("this device cannot run cooperatively")
+    order: list[str] = []
+    clock = {"now": 0.0, "phase": 1.0}
+    cost = {"pool": 1.0, "inline": 1.5, "cooperative": 0.9}
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: clock["now"])
+
+    def enqueue(_inputs):  # noqa: ANN001, ANN202
+        way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
+        order.append(way)
+        clock["now"] += cost.get(way, 1.2) * clock["phase"] * 1e-3
+        return [], []
+
+    def place(where):  # noqa: ANN001, ANN202
+        if order and order[-1] != "switch":
+            clock["phase"] *= 1.3  # each block runs in a slower phase than the one before
+        order.append("switch")
+        exe.placement = list(where)
+
+    monkeypatch.setattr(exe, "enqueue", enqueue)
+    monkeypatch.setattr(exe, "place", place)
+    monkeypatch.setattr(exe, "_step_us", lambda device, kernels: [1.0] * len(exe._live))
+    exe._adapt(inputs(m.funcs[0], 0))
+    assert exe.adapt_note.startswith("cooperative: "), exe.adapt_note
+    assert exe.placement == ["cooperative"] * len(exe._live)
