@@ -15,8 +15,10 @@ round or process over 2x the best is flagged as an outlier). The JSON keeps ever
 Beside the best, each process reports its single-process medians: every timed run of tessel and of
 onnxruntime in that process (after warm-up, and after tessel's `auto` execution has settled), the median
 of each; the table shows the process whose median ratio is the median of the processes'. The overhead
-column is that median wall time minus the median summed kernel time (profiling events, on the same
-execution), i.e. what launches, wake-ups and copies cost a run.
+column is what launches, wake-ups, waits and copies cost a run: the median over profiled runs on the same
+execution of each run's wall time minus its kernels' summed time (profiling events; under cooperative
+execution each kernel's span in the persistent kernels, read from the cycle counter), and its share of
+those runs' median wall.
 The zoo (bench/zoo/, built by `bench/zoo/build.py` with the `bench` extra; models a user would bring:
 torchvision and transformers definitions, seeded random weights) is its own table and geomean.
 tessel-numpy is timed with fewer runs, in the first process only. Outputs are checked against onnxruntime
@@ -169,12 +171,15 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         cl_rounds.append(timed_median(lambda: exe.run(arrays), args.repeat, cl_runs))
         time.sleep(0.3)
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
-    # the kernels' own time, on the same execution, for the overhead column
+    # the overhead column: in each profiled run on the same execution, its wall minus its kernels' summed
+    # time (two medians taken minutes apart, or over two executables, differ by this VM's noise alone)
     prof = Executable(module, func, device, profile=True, execution="pool")
     prof.place(exe.placement)
     _, pstats = prof.measure(arrays, args.repeat)
-    kernel_ms = statistics.median(
-        sum(ts[r] for ts in pstats.kernel_ns.values()) for r in range(len(pstats.seconds))) / 1e6
+    run_kernel_ms = [sum(ts[r] for ts in pstats.kernel_ns.values()) / 1e6 for r in range(len(pstats.seconds))]
+    kernel_ms = statistics.median(run_kernel_ms)
+    overhead_ms = statistics.median(w * 1e3 - k for w, k in zip(pstats.seconds, run_kernel_ms, strict=True))
+    overhead_share = overhead_ms / (statistics.median(pstats.seconds) * 1e3)
     del prof
     median_cl, median_ort = statistics.median(cl_runs), statistics.median(ort_runs)
     numpy_ms = None
@@ -192,7 +197,8 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         "median_ort_ms": round(median_ort, 4),
         "median_ratio": round(median_cl / median_ort, 3),
         "kernel_ms": round(kernel_ms, 4),
-        "overhead_ms": round(median_cl - kernel_ms, 4),
+        "overhead_ms": round(overhead_ms, 4),
+        "overhead_share": round(overhead_share, 4),
         "execution": exe.running_on,
         "execution_note": exe.adapt_note,
         "kernels": sum(1 for s in exe.steps if all(s.global_size)),
@@ -289,7 +295,7 @@ def merge_rows(rows: list[dict]) -> dict:
     if all("median_ratio" in r for r in rows):  # the process of the median single-process ratio
         mid = sorted(rows, key=lambda r: r["median_ratio"])[(len(rows) - 1) // 2]
         for key in ("median_opencl_ms", "median_ort_ms", "median_ratio", "kernel_ms", "overhead_ms",
-                    "execution", "execution_note"):
+                    "overhead_share", "execution", "execution_note"):
             out[key] = mid[key]
         out["processes_median_ratio"] = [r["median_ratio"] for r in rows]
     out["rounds_opencl_ms"] = [t for r in rows for t in r["rounds_opencl_ms"]]
@@ -331,7 +337,7 @@ def render_table(title: str, rows: list[dict]) -> str:
             table.add_row(r["model"], "error", "", "", "", "", "", "", "", "", "", r["error"][:60])
             continue
         flag = " *" if r["outlier_rounds"] else ""
-        share = r["overhead_ms"] / r["median_opencl_ms"] if r["median_opencl_ms"] else 0.0
+        share = r["overhead_share"]
         table.add_row(
             r["model"],
             f"{r['median_opencl_ms']:.3f}",

@@ -50,7 +50,8 @@ def test_processes_must_be_positive() -> None:
 
 def medians(r: dict, cl: float, ort: float, over: float = 0.1, execution: str = "pool") -> dict:
     r.update(median_opencl_ms=cl, median_ort_ms=ort, median_ratio=cl / ort, kernel_ms=cl - over,
-             overhead_ms=over, execution=execution, execution_note="", peak_bytes=0, tessel_numpy_ms=None)
+             overhead_ms=over, overhead_share=over / cl, execution=execution, execution_note="", peak_bytes=0,
+             tessel_numpy_ms=None)
     return r
 
 
@@ -60,6 +61,7 @@ def test_merge_reports_the_process_of_the_median_single_process_ratio(bench) -> 
             medians(row(11.0, 8.0), 20.0, 10.0)]
     out = bench.merge_rows(rows)
     assert out["median_ratio"] == 1.2 and out["overhead_ms"] == 0.5 and out["execution"] == "pool"
+    assert out["overhead_share"] == 0.5 / 12.0
     assert out["processes_median_ratio"] == [1.2, 0.9, 2.0]
 
 
