@@ -14,20 +14,22 @@ both cores and pays no wake-up per launch:
   depends on (those whose buffers share bytes with its own where either writes) are done, then claims
   chunks of the step's work-groups from an atomic counter, runs them work-item by work-item, and adds
   them to the step's done counter;
-- a run enqueues one such kernel on the pool (`tessel_pool`, every cooperative step; compute units - 1
-  work-groups of one work-item, so the calling thread is the last core), then runs each segment (a
-  maximal run of cooperative steps) as its own persistent kernel on the inline device, which runs it on
-  the calling thread inside the enqueue, and each lone step between them; a lone step's done flag is set
-  once it ran. The calling thread alone can finish every step, so nothing waits for a worker that has not
-  woken yet: a worker joins whatever step is current when it wakes, goes on past a lone step to the later
-  steps that do not depend on it, and leaves when it has nothing left to claim. The run is over when the
-  calling thread's last enqueue returns: no finish, no wake-up.
+- the pool's side is one persistent kernel (`tessel_pool`, every cooperative step; compute units - 1
+  work-groups of one work-item, so the calling thread is the last core) that outlives a run: it runs each
+  run the host starts (control word K[GEN]) and spins for the next up to POOL_SPIN reads before it
+  leaves, so back-to-back runs pay no launch and no wake-up on the pool. The calling thread runs each
+  segment (a maximal run of cooperative steps) as its own persistent kernel on the inline device, which
+  runs it inside the enqueue, and each lone step between them; a lone step's done flag is set once it
+  ran. The calling thread alone can finish every step, so nothing waits for a worker that has not come:
+  a worker joins whatever step is current when it comes, goes on past a lone step to the later steps
+  that do not depend on it, and leaves the run when it has nothing left to claim. The run is over when
+  the calling thread's last enqueue returns: no finish, no wake-up.
 
 Buffers are fine-grained SVM (one address space for the host, the pool and the inline device); each
 kernel's arguments are read from a table of addresses. The counters live in an SVM array of two halves
 used by alternate runs, so a worker still leaving run r reads its own half while run r + 1 starts; run
-r + 2 clears that half once run r's pool command has completed. The last counter of a half is an abort
-flag: when the calling thread's part of a run fails, it is set, and the pool's work-group leaves.
+r + 2 clears that half once the worker says (K[IN]) it is not in run r. The last counter of a half is an
+abort flag: when the calling thread's part of a run fails, it is set, and the pool's work-group leaves.
 """
 
 from __future__ import annotations
@@ -318,7 +320,9 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
     deps = dependencies(tasks, range(len(tasks)))
     emit = _Emitter(tasks, sizes, forms, base, deps, scratch, profile)
     if any(s is not None for s in sizes):
-        out.append(emit.kernel(POOL_KERNEL, [i for i, s in enumerate(sizes) if s is not None], []))
+        out.append(emit.kernel(f"{POOL_KERNEL}_run", [i for i, s in enumerate(sizes) if s is not None], [],
+                               "__attribute__((noinline)) static void"))
+        out.append(emit.pool(2 * len(tasks) + 1))
     for k, seg in enumerate(segments):
         if seg.kernel is None:
             continue
@@ -345,8 +349,16 @@ static bool tessel_wait(volatile __global int* S, const int i, const int n, cons
 
 
 POOL_KERNEL = "tessel_pool"
-"""The pool's persistent kernel: every cooperative step of the run, in order (a step that runs alone is
-the calling thread's, and only waited for)."""
+"""The pool's persistent kernel: every cooperative step of each run, in order (a step that runs alone is
+the calling thread's, and only waited for), run after run while the host keeps starting them."""
+POOL_SPIN = 1 << 18
+"""Reads of K[GEN] the pool's work-group makes, waiting for the next run, before it leaves (about 200 us
+on this machine; docs/opencl.md "Cooperative execution"): back-to-back runs then pay neither the pool's
+launch (~20 us in this VM) nor its wake-up (~20 us), and an idle process holds no core for longer."""
+GEN, IN = 0, 1
+"""The control words K: the generation the host started last (-1: leave), the one the pool is in."""
+HALF_GAP = 32
+"""ints between the counters' two halves (apart by a cache line)."""
 
 
 @dataclass
@@ -370,9 +382,10 @@ class _Emitter:
     def wait(self, s: int) -> str:
         return f"    if (!tessel_wait(S, {2 * s + 1}, {self.total(s)}, {2 * len(self.tasks)})) return;"
 
-    def kernel(self, name: str, steps: Sequence[int], waits: Sequence[int]) -> str:
+    def kernel(self, name: str, steps: Sequence[int], waits: Sequence[int],
+               head: str = "__kernel void") -> str:
         times = ", __global ulong* T0" if self.profile else ""
-        lines = [f"__kernel void {name}(__global const ulong* restrict P, __global int* C, "
+        lines = [f"{head} {name}(__global const ulong* restrict P, __global int* C, "
                  f"__global char* X{times}) {{",
                  "    volatile __global int* S = C;",
                  f"    __global char* _scratch = X + get_group_id(0) * {self.scratch};"]
@@ -383,6 +396,32 @@ class _Emitter:
         lines += [self.wait(d) for d in waits]
         lines.append("}")
         return "\n".join(lines)
+
+    def pool(self, counters: int) -> str:
+        """The pool's persistent kernel: runs generation after generation (K[GEN], set by the host as a
+        run starts) on the counters' half of its parity, saying in K[IN] which one it is in (-1: none);
+        between runs it spins for the next for up to POOL_SPIN reads of K[GEN], then leaves. A negative
+        generation sends it away at once."""
+        times = ", __global ulong* T0, const int TH" if self.profile else ""
+        per_half = ", T0 + (g & 1) * TH" if self.profile else ""
+        return "\n".join([
+            f"__kernel void {POOL_KERNEL}(__global const ulong* restrict P, __global int* C, "
+            f"__global char* X{times}, volatile __global int* K) {{",
+            f"    int g = K[{GEN}];",
+            "    while (g >= 0) {",
+            f"        atomic_xchg(&K[{IN}], g);  // a full fence: K[GEN] is read after K[IN] is written",
+            f"        if (K[{GEN}] == g) {{",
+            f"            {POOL_KERNEL}_run(P, C + (g & 1) * {counters + HALF_GAP}, X{per_half});",
+            f"            atomic_xchg(&K[{IN}], -1);",
+            f"            for (int spin = 0; K[{GEN}] == g; ++spin)",
+            f"                if (spin == {POOL_SPIN}) return;",
+            "        } else {",
+            f"            atomic_xchg(&K[{IN}], -1);",
+            "        }",
+            f"        g = K[{GEN}];",
+            "    }",
+            "}",
+        ])
 
     def step(self, s: int) -> list[str]:
         t = self.tasks[s]
@@ -496,7 +535,9 @@ class Runner:
         self.scratch = cl.svm_empty(context, flags, max(the_plan.scratch * (self.workers[0] + 1), 4),
                                     np.uint8, alignment=128)
         mine = self.scratch[the_plan.scratch * self.workers[0]:] if the_plan.scratch else self.scratch
-        self.halves = [self.counters[: n], self.counters[n + 32 : 2 * n + 32]]  # apart by a cache line
+        self.halves = [self.counters[: n], self.counters[n + HALF_GAP : 2 * n + HALF_GAP]]
+        self.control = cl.svm_empty(context, flags, 32, np.int32, alignment=128)  # K: GEN, IN
+        self.control[:] = -1
         self.pool_queue = cl.CommandQueue(context, device)
         self.inline_queue = cl.CommandQueue(context, companion)
         ntasks, parts = (n - 1) // 2, self.workers[0] + 1
@@ -505,51 +546,56 @@ class Runner:
         self.time_halves = [self.times[h * parts * 2 * ntasks : (h + 1) * parts * 2 * ntasks] for h in (0, 1)]
         self.lone_ns: dict[int, int] = {}
         self.ticks_per_ns = _cycles_per_ns(cl, context, self.inline_queue) if the_plan.profile else 1.0
-        # per half, the commands of a run in order: (on the pool?, kernel, global, local, done flag): the
-        # pool's one persistent kernel first, then the calling thread's segment kernels and lone steps (a
-        # lone step's done flag is set once it ran: later steps on the pool wait for it)
-        Command = tuple[bool, Any, tuple[int, ...], tuple[int, ...] | None, int | None]
+        self.pool: Any = None  # the pool's persistent kernel (one for both halves), if the plan has steps
+        if program is not None:
+            self.pool = cl.Kernel(program, POOL_KERNEL)
+            args = [cl.SVM(self.table), cl.SVM(self.counters), cl.SVM(self.scratch)]
+            if the_plan.profile:
+                args += [cl.SVM(self.times), np.int32(parts * 2 * ntasks)]
+            self.pool.set_args(*args, cl.SVM(self.control))
+        # per half, the calling thread's commands of a run in order: (kernel, global, local, done flag):
+        # its segment kernels and lone steps (a lone step's done flag is set once it ran: later steps on the
+        # pool wait for it)
+        Command = tuple[Any, tuple[int, ...], tuple[int, ...] | None, int | None]
         self.commands: list[list[Command]] = [[], []]
         for h, half in enumerate(self.halves):
-            times = self.time_halves[h]
-            pool_args = [cl.SVM(self.table), cl.SVM(half), cl.SVM(self.scratch)]
             host_args = [cl.SVM(self.table), cl.SVM(half), cl.SVM(mine)]
             if the_plan.profile:
-                pool_args.append(cl.SVM(times))
-                host_args.append(cl.SVM(times[self.workers[0] * 2 * ntasks :]))
-            if program is not None:
-                k = cl.Kernel(program, POOL_KERNEL)
-                k.set_args(*pool_args)
-                self.commands[h].append((True, k, self.workers, (1,), None))
+                host_args.append(cl.SVM(self.time_halves[h][self.workers[0] * 2 * ntasks :]))
             for seg in the_plan.segments:
                 if seg.kernel is None:
-                    self.commands[h].append((False, *inline[seg.steps[0]], 2 * seg.steps[0] + 1))
+                    self.commands[h].append((*inline[seg.steps[0]], 2 * seg.steps[0] + 1))
                     continue
                 k = cl.Kernel(program, seg.kernel)
                 k.set_args(*host_args)
-                self.commands[h].append((False, k, (1,), (1,), None))
-        self.pending: list[Any] = [None, None]  # the pool command of the latest run on each half
+                self.commands[h].append((k, (1,), (1,), None))
+        self.pending: Any = None  # the pool's persistent kernel, once launched: it ends when idle or parked
         self.runs = 0
 
     def run(self) -> None:
-        """One run: returns when every step is done (the caller then reads the results)."""
+        """One run: returns when every step is done (the caller then reads the results). The pool's work-group
+        of the last run may still be spinning for this one (POOL_SPIN): it then joins at once; otherwise a
+        new one is launched."""
         cl = self.cl
-        h = self.runs & 1
+        r = self.runs
+        h = r & 1
         self.runs += 1
-        last = self.pending[h]
-        if last is not None and last.command_execution_status != cl.command_execution_status.COMPLETE:
-            last.wait()  # a worker of the run before the last still reads this half
+        control = self.control
+        while control[IN] >= 0 and control[IN] & 1 == h and control[IN] != r:
+            pass  # the pool is still in run r - 2, whose counters this run reuses: it is leaving
         half = self.halves[h]
         half[:] = 0
         if self.plan.profile:
             self.time_halves[h][0::2] = np.iinfo(np.uint64).max
             self.time_halves[h][1::2] = 0
+        control[GEN] = r  # after the counters are clear (x86 keeps stores in order)
+        if self.pool is not None and (
+                self.pending is None
+                or self.pending.command_execution_status == cl.command_execution_status.COMPLETE):
+            self.pending = cl.enqueue_nd_range_kernel(self.pool_queue, self.pool, self.workers, (1,))
         launch = cl.enqueue_nd_range_kernel
         try:
-            for on_pool, k, g, lsize, flag in self.commands[h]:
-                if on_pool:
-                    self.pending[h] = launch(self.pool_queue, k, g, lsize)
-                    continue
+            for k, g, lsize, flag in self.commands[h]:
                 t0 = time.perf_counter_ns()
                 launch(self.inline_queue, k, g, lsize)
                 if flag is not None:  # a lone step: it ran inside the enqueue (the basic device)
@@ -560,6 +606,14 @@ class Runner:
         except BaseException:
             half[-1] = 1  # the pool's work-group stops waiting for steps nobody runs
             raise
+
+    def park(self) -> None:
+        """Send the pool's work-group away now rather than after its spin (before the pool device runs
+        other work, or the buffers go away), and wait until it has left."""
+        self.control[GEN] = -1
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
 
     def spans(self) -> dict[int, float]:
         """After a run of a profiling plan: each step's span in ns, from the first start of a chunk of it
@@ -574,4 +628,5 @@ class Runner:
 
     def drain(self) -> None:
         """Wait until the pool has left every run (before the buffers go away)."""
+        self.park()
         self.pool_queue.finish()

@@ -322,6 +322,8 @@ class Executable:
     def _set_plan(self, where: Sequence[str]) -> None:
         """Run the j-th step with work on where[j] ('pool' or 'inline'); consecutive steps of one side are
         a segment, and a run finishes each segment's queue before the next segment's device reads it."""
+        if self._cooperative:
+            self._cooperative.park()  # its pool work-group would spin on a core these kernels need
         segments: list[tuple[Any, list[tuple[Any, Any, Any]]]] = []
         for side, i in zip(where, self._live, strict=True):
             s = self.steps[i]

@@ -109,17 +109,52 @@ def test_steps_that_run_alone_split_the_segments() -> None:
 
 
 def test_the_calling_thread_alone_finishes_every_step() -> None:
-    """Nothing waits for a worker that has not woken: with the pool's commands dropped, the run still
-    completes, with the same results."""
+    """Nothing waits for a worker that has not woken: with the pool's persistent kernel never launched,
+    the run still completes, with the same results."""
     needs_companion()
     m = compiled(mobile_block())
     pool = Executable(m, m.funcs[0], execution="pool")
     exe = Executable(m, m.funcs[0], execution="cooperative")
     runner = exe._cooperative
-    runner.commands = [[c for c in half if not c[0]] for half in runner.commands]
+    runner.pool = None
     x = inputs(m.funcs[0], 3)
     for a, b in zip(pool.run(x), exe.run(x), strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+def test_back_to_back_runs_keep_the_pools_work_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between runs the pool's work-group spins for the next (POOL_SPIN): runs in a row launch it about
+    once, not once a run, and give the pool's results; moving to the pool parks it first, and the next
+    cooperative run launches it again."""
+    needs_companion()
+    m = compiled(mobile_block())
+    pool = Executable(m, m.funcs[0], execution="pool")
+    exe = Executable(m, m.funcs[0], execution="cooperative")
+    runner = exe._cooperative
+    cl = runner.cl
+    real, launches = cl.enqueue_nd_range_kernel, []
+
+    def launch(queue, *args):  # noqa: ANN001, ANN002, ANN202
+        if queue is runner.pool_queue:
+            launches.append(args)
+        return real(queue, *args)
+
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", launch)
+    x = inputs(m.funcs[0], 5)
+    want = pool.run(x)
+    for _ in range(12):
+        for a, b in zip(want, exe.run(x), strict=True):
+            assert a.tobytes() == b.tobytes()
+    assert 1 <= len(launches) <= 4, len(launches)  # a descheduled host may outlast a spin now and then
+    exe.place(["pool"] * len(exe._live))
+    assert runner.pending is None and runner.control[0] == -1  # parked: the pool has both cores
+    for a, b in zip(want, exe.run(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+    exe.place(["cooperative"] * len(exe._live))
+    count = len(launches)
+    for a, b in zip(want, exe.run(x), strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert len(launches) == count + 1
 
 
 def test_a_failed_run_releases_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,8 +103,12 @@ def test_segments_split_at_a_kernel_that_runs_alone() -> None:
     assert p.table == [0, 1000, 1000, 2000, 2000, 3000, 3000, 4000] and p.scratch == 256 and p.counters == 9
     kernels = {k.split("(")[0]: k for k in p.source.split("__kernel void ")[1:]}
     assert sorted(kernels) == ["tessel_coop_0", "tessel_coop_2", "tessel_pool"]
-    pool = kernels["tessel_pool"]
-    # the pool's kernel runs every cooperative step; before step 3 it waits for the lone step's flag
+    # the pool's kernel runs run after run, each on the counters' half of its generation's parity, and
+    # spins for the next between them
+    assert "tessel_pool_run(P, C + (g & 1) * 41, X);" in kernels["tessel_pool"]
+    assert f"if (spin == {coop.POOL_SPIN}) return;" in kernels["tessel_pool"]
+    pool = p.source.split("static void tessel_pool_run(")[1].split("__kernel void")[0]
+    # its run function runs every cooperative step; before step 3 it waits for the lone step's flag
     assert "// step 2" not in pool and pool.index("// step 1") < pool.index("// step 3")
     assert "tessel_wait(S, 5, 1, 8)" in pool.split("// step 3")[1]
     # step 1 reads what step 0 wrote: it waits for step 0's 32 work-groups
@@ -137,8 +141,12 @@ def test_a_profiling_plan_reads_the_cycle_counter_around_each_chunk() -> None:
     assert "readcyclecounter" not in plain.source and not plain.profile
     pool = profiled.source.split("__kernel void tessel_pool(")[1]
     assert pool.startswith("__global const ulong* restrict P, __global int* C, __global char* X, "
-                           "__global ulong* T0)")
-    body = pool.split("for (int c = ")[1]
+                           "__global ulong* T0, const int TH, volatile __global int* K)")
+    assert "tessel_pool_run(P, C + (g & 1) * 35, X, T0 + (g & 1) * TH);" in pool  # the times' half too
+    run = profiled.source.split("static void tessel_pool_run(")[1]
+    assert run.startswith("__global const ulong* restrict P, __global int* C, __global char* X, "
+                          "__global ulong* T0)")
+    body = run.split("for (int c = ")[1]
     assert body.index("_t0 = __builtin_readcyclecounter()") < body.index("k0_add(") < body.index(
         "_t1 = __builtin_readcyclecounter()") < body.index("T[1] = max(T[1], _t1);") < body.index(
         "atomic_add(&S[1], e - c)")
