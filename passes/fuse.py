@@ -24,7 +24,11 @@ Greedy, producer to consumer, in program order:
    the norm's own launch once there are several blocks (GPT-2's 32x128 @ 128x2048 head: 0.15 -> 0.26 ms
    for the 1.5 us kernel it saves). A norm read by a contraction that cannot take it is remarked:
    `multi-use`, `reduction-axis`, `layout-mismatch` (gemm's trans_a), `dtype` (not f32),
-   `would-recompute` (too many columns).
+   `would-recompute` (too many columns). Before a `conv2d`, a nearest `resize` of H and W (any
+   coordinate or rounding mode, any scale) whose only user is the conv joins: the conv's input repack
+   reads each pixel from its source pixel through the reference's index tables, so the upsampled tensor
+   is never written (a decoder's Upsample -> Conv); refused, remarked: `interpolates` (mode linear),
+   `multi-use`, `shape-change` (it resizes N or C), `dtype`.
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -41,7 +45,8 @@ ops (their `cost`) minus the region's boundary traffic. Refusals, each a `missed
 reduction's result back, or a prologue op whose shape differs from the reduction's input),
 `shape-change` (a consumer broadcasting the chain to a larger shape), `dtype` (a consumer changing the
 element type of a contraction's or reduction's result), `too-large` (over `max-ops` ops or `max-args`
-operands), `not-elementwise` (a consumer no template fuses); and `no-partner` for each elementwise op
+operands), `not-elementwise` (a consumer no template fuses), `interpolates` (a linear resize before a
+conv); and `no-partner` for each elementwise op
 left on its own that no other remark names, so `--remarks-missed` explains every unfused elementwise op.
 Ops computed from constants only are left alone (they run once, at load time).
 """
@@ -239,10 +244,11 @@ class _Fuser:
                     ops[:0] = pro
         unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
         shuffle = self.absorbable_shuffle(anchor) if unpack is None else []
+        resize = self.absorbable_resize(anchor) if unpack is None and not shuffle else []
         if unpack is not None:
             ops.insert(0, unpack)
-        elif shuffle:
-            ops[:0] = shuffle
+        elif shuffle or resize:
+            ops[:0] = shuffle or resize
         elif kind == "reduction":
             self.prologue(anchor, 0, anchor, ops)
         v = anchor.result
@@ -397,6 +403,33 @@ class _Fuser:
         if not all(self.fusible(o) and len(o.result.uses) == 1 for o in chain):
             return []
         return chain
+
+    def absorbable_resize(self, anchor: Op) -> list[Op]:
+        """A nearest-neighbour resize of H and W (any coordinate and rounding mode) read only by a conv2d:
+        the conv's input repack reads each pixel from the resize's source pixel (the reference's index
+        tables, baked into the kernel), so the upsampled tensor is never written and the resize costs no
+        launch (a decoder's Upsample -> Conv). Returns [resize] or []; one that cannot join is remarked:
+        `interpolates` (mode linear), `multi-use`, `shape-change` (it resizes N or C), `dtype` (not f32)."""
+        r = anchor.operands[0].op if anchor.name == "conv2d" else None
+        if r is None or r.name != "resize" or not self.fusible(r):
+            return []
+        x, y = r.operands[0].type, r.result.type
+        what = f"the input repack of '{anchor.name}'"
+        if r.attrs.get("mode", "nearest") != "nearest":
+            self.missed("interpolates", [r, anchor], f"'resize' interpolates (mode {r.attrs['mode']}); "
+                        f"{what} only copies pixels, so the resize stays a kernel of its own")
+        elif len(r.result.uses) != 1:
+            self.missed("multi-use", [r, anchor], f"'resize' has {len(r.result.uses)} uses; {what} can "
+                        "stand in for it only when the conv is its one reader")
+        elif x.rank != 4 or x.dims[:2] != y.dims[:2]:
+            self.missed("shape-change", [r, anchor], "'resize' resizes more than H and W "
+                        f"({shape_text(r.operands[0])} -> {shape_text(r.result)}); {what} maps pixels, "
+                        "not channels")
+        elif x.dtype != "f32":
+            self.missed("dtype", [r, anchor], f"'resize' of {x.dtype}; {what} reads f32")
+        else:
+            return [r]
+        return []
 
     def feeds_blocked_anchors(self, unpack: Op) -> bool:
         """Whether only conv2d or pool anchors read `unpack`, as their input (each takes it along)."""

@@ -17,7 +17,9 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
   after a `matmul` or `gemm` also through a `layer_norm` over the last axis (and more elementwise ops),
   and into a `split` along the last axis whose pieces are the region's results; a `matmul` or `gemm` may
   read its A from a `layer_norm` over the last axis of an operand (maybe through a `reshape` keeping the
-  last axis) that the template applies as A's rows are read;
+  last axis) that the template applies as A's rows are read; a `conv2d` may read its input through an
+  NCHWc `unpack`, a channel shuffle (`reshape`, `transpose`, `reshape`; depthwise only) or a nearest
+  `resize` of H and W (its one reader), each of an operand, that its input repack applies;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;
 - `generic`: anything else (the lowering runs its ops one kernel after another).

@@ -176,6 +176,61 @@ def test_conv_residual_add_relu() -> None:
     run(conv_region(24, 24, 9, chain, {"res": y}, bias_in_conv=True))
 
 
+CTM = "coordinate_transformation_mode"
+
+
+@pytest.mark.parametrize(
+    ("n", "cin", "cout", "groups", "k", "src", "dst", "resize", "conv"),
+    [(1, 16, 32, 1, 3, (6, 6), (12, 12), f'{CTM} = "asymmetric", nearest_mode = "floor"',
+      "pads = [1, 1, 1, 1]"),
+     (1, 16, 16, 16, 3, (7, 7), (14, 14), "", "pads = [1, 1, 1, 1]"),
+     (1, 8, 8, 1, 1, (7, 7), (14, 14), f'{CTM} = "align_corners"', ""),
+     (1, 4, 8, 1, 3, (6, 6), (15, 15), 'nearest_mode = "round_prefer_ceil"',
+      "pads = [1, 1, 1, 1], strides = [2, 2]"),
+     (2, 8, 8, 2, 3, (5, 5), (10, 10), f'{CTM} = "tf_half_pixel_for_nn", nearest_mode = "ceil"',
+      "pads = [0, 1, 2, 1]"),
+     (1, 4, 4, 1, 3, (8, 8), (16, 8), "", "pads = [1, 1, 1, 1]"),
+     (1, 16, 16, 1, 3, (10, 10), (20, 20), "", "pads = [1, 1, 1, 1]"),
+     (1, 32, 16, 1, 3, (5, 9), (20, 36), "", "pads = [1, 1, 1, 1]"),
+     (1, 20, 16, 1, 3, (5, 9), (10, 18), "", "pads = [1, 1, 1, 1]"),
+     (1, 16, 16, 16, 3, (16, 16), (32, 32), f'{CTM} = "asymmetric", nearest_mode = "floor"',
+      "pads = [1, 1, 1, 1]"),
+     (1, 16, 16, 1, 3, (12, 24), (24, 24), "", "pads = [1, 1, 1, 1]")],
+    ids=["dense-2x-asymmetric", "depthwise-2x", "1x1-align-corners", "non-integer-strided", "grouped-batch2",
+         "rows-only", "2x-vectors-and-tail", "4x", "channel-tail", "depthwise-2x-vectors",
+         "rows-only-vectors"],
+)
+def test_nearest_resize_read_by_the_conv(n: int, cin: int, cout: int, groups: int, k: int,
+                                         src: tuple[int, int], dst: tuple[int, int], resize: str,
+                                         conv: str) -> None:
+    """A nearest resize fused into a conv (Upsample -> Conv): one launch whose input repack reads each pixel
+    from the resize's source pixel through the reference's index tables, for every coordinate and rounding
+    mode, non-integer scales, and the convs that would otherwise read their input in place (1x1) or
+    repack it in local memory (depthwise); the upsampled tensor is never written."""
+    x, u, w = T(n, cin, *src), T(n, cin, *dst), T(cout, cin // groups, k, k)
+    pads = [int(p) for p in re.findall(r"\d+", conv.split("strides")[0])] or [0, 0, 0, 0]
+    stride = 2 if "strides" in conv else 1
+    ho = (dst[0] + pads[0] + pads[2] - k) // stride + 1
+    wo = (dst[1] + pads[1] + pads[3] - k) // stride + 1
+    y, b = T(n, cout, ho, wo), T(cout, 1, 1)
+    attrs = ", ".join(a for a in (f"sizes = [{n}, {cin}, {dst[0]}, {dst[1]}]", resize) if a)
+    body = f"""
+    %u = resize %_x {{{attrs}}} : ({x}) -> {u}
+    %c = conv2d %u, %_w {{{", ".join(a for a in (conv, f"groups = {groups}") if a)}}} : ({u}, {w}) -> {y}
+    %a = add %c, %_b : ({y}, {b}) -> {y}
+    %r = relu %a : ({y}) -> {y}
+    yield %r : {y}"""
+    m, _ = run(module({"x": x}, {"w": w, "b": b}, body, ["x", "w", "b"], [y], "epilogue"))
+    text = source(m)
+    assert f"upsampled to [{dst[0]}, {dst[1]}] (nearest" in text and "_uy[" in text and "_ux[" in text
+    period = dst[1] // src[1] if dst[1] % src[1] == 0 and "align" not in resize else 0
+    if period in (1, 2, 4) and ((cin // groups) % 16 == 0 or groups == cin >= 16):
+        # 16-channel blocks, a column period of 1, 2 or 4: whole source vectors widened, transposed
+        assert f"vload{16 // period}(0, x + " in text, text
+    else:
+        assert "gathered into one vector" in text
+
+
 def test_matmul_add_gelu() -> None:
     """Bias along N (40: a vector column and a tail) read with vector loads in the epilogue."""
     a, b, y, bias = T(2, 33, 24), T(24, 40), T(2, 33, 40), T(40)
@@ -701,3 +756,44 @@ def test_channel_shuffle_fused_into_a_depthwise_conv(c: int, g: int, hw: int, lo
     assert len(names) == 2 and "pack" in names[0][0] and len(names[1]) == kernels, names
     got = Executable(m, m.funcs[0]).run(inputs)
     np.testing.assert_allclose(got[0], want[0], **TOL)
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_upsample_conv_decoder_matches_onnxruntime(level: int) -> None:
+    """A decoder block as PyTorch exports it (nn.Upsample nearest: Resize asymmetric/floor by scales 2,
+    then Conv, ReLU) at -O2 and -O3: the resize joins the conv's kernel and the result is onnxruntime's."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+
+    from .conftest import here
+
+    rng = np.random.default_rng(3)
+    w1, w2 = (helper.make_tensor(name, TensorProto.FLOAT, dims, (0.1 * rng.standard_normal(4608)).tolist())
+              for name, dims in (("w1", [32, 16, 3, 3]), ("w2", [16, 32, 3, 3])))
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Resize", ["r1", "", "scales"], ["u"], mode="nearest", name="up",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        helper.make_node("Conv", ["u", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
+    ]
+    graph = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              [1, 16, 12, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 24, 40])],
+                              [w1, w2, scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 16, 12, 20)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    m = import_model(model.SerializeToString(), "decoder.onnx")
+    PassManager(parse_pipeline(O_LEVELS[level])).run(m)
+    lower_module(m, here())
+    exe = Executable(m, m.funcs[0])
+    assert not any(s.name.endswith("_resize") for s in exe.steps)  # no kernel of its own
+    assert any("resize_conv2d" in s.name for s in exe.steps)
+    np.testing.assert_allclose(exe.run([x])[0], want, rtol=1e-4, atol=1e-5)

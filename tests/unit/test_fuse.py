@@ -127,12 +127,16 @@ def check_contract(k: Op) -> None:
     i = ops.index(anchor)
     before, after = ops[:i], ops[i + 1 :]
     if kind == "epilogue":
-        assert all(v in body.args or (v.op is not None and v.op.name in ("unpack", "reshape", "layer_norm"))
-                   for v in anchor.operands)
-        assert [o.name for o in before] in ([], ["unpack"], ["reshape", "transpose", "reshape"])
-        if before:  # an NCHWc unpack, or a channel shuffle before a depthwise conv
+        readers = ("unpack", "reshape", "layer_norm", "resize")  # what an anchor's operand may come through
+        assert all(v in body.args or (v.op is not None and v.op.name in readers) for v in anchor.operands)
+        assert [o.name for o in before] in ([], ["unpack"], ["reshape", "transpose", "reshape"], ["resize"])
+        if before:  # an NCHWc unpack, a channel shuffle before a depthwise conv, a nearest resize of H, W
             assert before[0].operands[0] is body.args[0] and anchor.operands[0] is before[-1].result
             assert len(before) == 1 or is_channel_shuffle(anchor.operands[0])
+            if before[0].name == "resize":
+                r = before[0]
+                assert anchor.name == "conv2d" and r.attrs.get("mode", "nearest") == "nearest"
+                assert r.operands[0].type.dims[:2] == r.result.type.dims[:2] and len(r.result.uses) == 1
     else:
         for o in before:
             assert o.name == "unpack" or o.result.type.shape == anchor.operands[0].type.shape

@@ -167,6 +167,39 @@ def pick_unroll(cb: int, nc: int) -> int:
     return next(u for u in (4, 2, 1) if cb % u == 0)
 
 
+@dataclass(frozen=True)
+class Upsample:
+    """A nearest resize of H and W fused into the conv (passes/fuse.absorbable_resize): in0 is the resize's
+    input [N, C, h, w]; row y of the conv's input is its row rows[y], column x its column cols[x]."""
+
+    h: int
+    w: int
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+
+    def tables(self) -> str:
+        """The index tables as `__constant` arrays of the repack kernel."""
+        return "".join(f"__constant int KERNEL_{name}[{len(t)}] = {{{', '.join(map(str, t))}}};\n"
+                       for name, t in (("uy", self.rows), ("ux", self.cols)))
+
+    def what(self, geo: Geometry) -> str:
+        return (f"x [{geo.n}, {geo.c}, {self.h}, {self.w}] upsampled to [{geo.h}, {geo.w}] (nearest: "
+                "pixel (y, x) is the source's (KERNEL_uy[y], KERNEL_ux[x]))")
+
+    def row_start(self, geo: Geometry, source_row: str) -> str:
+        """Offset in x of channel c0's source row `source_row` of image n."""
+        return f"((long)(n * {geo.c} + c0) * {self.h} + {source_row}) * {self.w}"
+
+    @property
+    def period(self) -> int:
+        """s when column x is source column x / s (s = 1, 2 or 4: whole source vectors widen to 16
+        columns), else 0."""
+        for s in (1, 2, 4):
+            if all(c == x // s for x, c in enumerate(self.cols)):
+                return s
+        return 0
+
+
 class Geometry:
     """Sizes of one conv2d, derived once."""
 
@@ -183,6 +216,12 @@ class Geometry:
         self.dh, self.dw = (int(v) for v in ctx.attr("dilations"))
         self.pads = [int(v) for v in ctx.attr("pads")]
         self.in_block = self.out_block = 0  # NCHWc blocks of in0 / out0 (0: NCHW)
+        self.up: Upsample | None = None  # in0 is the source of a fused nearest resize
+
+    @property
+    def plane(self) -> int:
+        """Elements of one channel plane of in0."""
+        return self.up.h * self.up.w if self.up else self.h * self.w
 
     @property
     def cbn_in(self) -> int:
@@ -237,7 +276,7 @@ def repack_prelude(geo: Geometry, groups: int, cg: int, cb: int, wp: int) -> str
 def plane_offset(geo: Geometry, channel_map: str | None) -> Callable[[int | str], str]:
     """C expression of the offset of the conv's channel c0 + i from x's channel c0 plane (through
     `channel_map`, a C expression of `c`, when a channel shuffle is fused in)."""
-    hw = geo.h * geo.w
+    hw = geo.plane
 
     def plane(i: int | str) -> str:
         if channel_map is None:
@@ -252,10 +291,13 @@ def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
                  channel_map: str | None = None) -> Kernel:
     """x [N, C, H, W] -> tmp0 [N, groups, ceil(cg/cb), Hp, Wp, cb], zero outside x (pads, channel tail).
     `channel_map` (a C expression of `c`): channel c of the conv's input is x's channel channel_map(c)
-    (a channel shuffle fused into the conv), read where it is."""
+    (a channel shuffle fused into the conv), read where it is. With `geo.up` (a fused nearest resize), x is
+    the resize's input and each pixel is read from its source pixel through the resize's index tables."""
     cbn = math.ceil(cg / cb)
     chunks = math.ceil(wp / 16)
     plane = plane_offset(geo, channel_map)
+    if geo.up is not None and not (cb == 16 and geo.up.period):
+        return repack_upsampled(geo, groups, cg, cb, hp, wp, plane)
     if cb == 16:
         return repack_input_transposed(geo, groups, cg, hp, wp, plane)
     head = repack_prelude(geo, groups, cg, cb, wp)
@@ -276,6 +318,44 @@ def repack_input(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
     return Kernel(src, global_size, (local, 1, 1), ("in0", "tmp0"))
 
 
+def repack_upsampled(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: int,
+                     plane: Callable[[int | str], str]) -> Kernel:
+    """repack_input through a fused nearest resize (`geo.up`): x is the resize's input [N, C, h, w]; the
+    repacked pixel (y, x) is x's pixel (uy[y], ux[x]), found once per row and column from the tables. A
+    pixel's cb channels are gathered into one vector and stored whole (a scalar copy through the tables
+    cost as much as the resize and the plain repack together)."""
+    up = geo.up
+    assert up is not None
+    cbn = math.ceil(cg / cb)
+    chunks = math.ceil(wp / 16)
+    head = repack_prelude(geo, groups, cg, cb, wp)
+    tail = cg % cb  # channels of a partial last block; the lanes past them are zeros
+    lanes = [f"x[{plane(i)} + sx]" if not tail else f"(cin + {i} < {cg} ? x[{plane(i)} + sx] : 0.0f)"
+             for i in range(cb)]
+    if cb in (2, 4, 8, 16):
+        vec, store = f"float{cb}", f"vstore{cb}(v, w, p)"
+        value = f"({vec})({', '.join(lanes)})"
+    else:  # no vector type of cb lanes: a scalar a channel
+        vec, value = "float", "0.0f"
+        store = "; ".join(f"p[w * {cb} + {i}] = inside ? {lane} : 0.0f" for i, lane in enumerate(lanes))
+    src = f"""// repack {up.what(geo)} into channel blocks
+// [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
+// 16 columns a work-item, a pixel's channels gathered into one vector
+{up.tables()}{head}    const __global float* x = X + {up.row_start(geo, "(row ? KERNEL_uy[ih] : 0)")};
+    __global float* p = P + (((long)blk * {hp} + hh) * {wp} + w0) * {cb};
+    for (int w = 0; w < min(16, {wp} - w0); ++w) {{
+        const bool inside = row && iw0 + w >= 0 && iw0 + w < {geo.w};
+        const int sx = inside ? KERNEL_ux[iw0 + w] : 0;
+        const {vec} v = inside ? {value} : ({vec})(0.0f);
+        {store};  // (v unused with a scalar a channel)
+    }}
+}}
+"""
+    local = 4 if chunks >= 4 else 1
+    global_size = (math.ceil(chunks / local) * local, hp, geo.n * groups * cbn)
+    return Kernel(src, global_size, (local, 1, 1), ("in0", "tmp0"))
+
+
 def repack_input_transposed(geo: Geometry, groups: int, cg: int, hp: int, wp: int,
                             plane: Callable[[int | str], str]) -> Kernel:
     """repack_input for 16-channel blocks: a work-item fills one row of one block, 16 input columns at a
@@ -286,10 +366,12 @@ def repack_input_transposed(geo: Geometry, groups: int, cg: int, hp: int, wp: in
     row, which takes a scalar loop. Channels past the group's (a partial last block) are zeros."""
     cbn = math.ceil(cg / 16)
     row = transposed_row(geo, cg, wp, plane, "__global", "return")
-    src = f"""// repack x [{geo.n}, {geo.c}, {geo.h}, {geo.w}] into channel blocks
+    what = geo.up.what(geo) if geo.up else f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}]"
+    tables = geo.up.tables() if geo.up else ""
+    src = f"""// repack {what} into channel blocks
 // [{geo.n}, {groups}, {cbn}, {hp}, {wp}, 16], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // a row of a block a work-item, 16 input columns at a time, transposed in registers
-__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
+{tables}__kernel void KERNEL(__global const float* restrict X, __global float* restrict P) {{
     const int hh = get_global_id(0);
     const int blk = get_global_id(1);  // (n * {groups} + group) * {cbn} + channel block
     if (hh >= {hp}) return;
@@ -309,9 +391,19 @@ def transposed_row(geo: Geometry, cg: int, wp: int, plane: Callable[[int | str],
     their group) of image `n`, stored at `prow` (a `space` pointer); `done` ends a row of pads early."""
     wc = max(min(geo.w, wp - geo.pl), 0)  # input columns the repacked rows hold
     ind = " " * 12
+    s = geo.up.period if geo.up else 1  # through a fused resize: 16 / s source columns widen to 16
+    widen = {1: "", 2: ".s0011223344556677", 4: ".s0000111122223333"}[s]
     loads = "".join(
-        f"{ind}const float16 v{i:x} = cin + {i} < {cg} ? vload16(0, x + {plane(i)}) : (float16)(0.0f);\n"
-        for i in range(16))
+        f"{ind}const float16 v{i:x} = cin + {i} < {cg} ? vload{16 // s}(0, x + {plane(i)}){widen} "
+        f": (float16)(0.0f);\n" for i in range(16))
+    if geo.up:
+        x = f"X + {geo.up.row_start(geo, 'KERNEL_uy[ih]')} + iw0 / {s}"
+        whole = f"iw0 + 16 <= {geo.w}"  # no source column past the row's end
+        col = f"KERNEL_ux[iw0 + w] - iw0 / {s}"
+    else:
+        x = f"X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0"
+        whole = f"iw0 + 16 <= {geo.w} || ih + 1 < {geo.h}"  # an over-read inside x is harmless
+        col = "w"
     pixel = [", ".join(f"v{i:x}.s{w:x}" for i in range(16)) for w in range(16)]
     stores = "".join(f"{ind}if ({w} < nw) vstore16((float16)({pixel[w]}), {w}, p);\n" for w in range(16))
     return f"""    const int ih = hh - {geo.pt};
@@ -324,12 +416,12 @@ def transposed_row(geo: Geometry, cg: int, wp: int, plane: Callable[[int | str],
     for (int iw0 = 0; iw0 < {wc}; iw0 += 16) {{
         const int nw = min(16, {wc} - iw0);
         {space} float* p = prow + (iw0 + {geo.pl}) * 16;
-        const __global float* x = X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0;
-        if (iw0 + 16 <= {geo.w} || ih + 1 < {geo.h}) {{
+        const __global float* x = {x};
+        if ({whole}) {{
 {loads}{stores}        }} else {{
             for (int w = 0; w < nw; ++w)
                 for (int ci = 0; ci < 16; ++ci)
-                    p[w * 16 + ci] = cin + ci < {cg} ? x[{plane("ci")} + w] : 0.0f;
+                    p[w * 16 + ci] = cin + ci < {cg} ? x[{plane("ci")} + {col}] : 0.0f;
         }}
     }}
 """
@@ -703,16 +795,21 @@ def conv2d(ctx: Ctx) -> Lowered:
 
 
 def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
-                 out_block: int = 0, channel_map: str | None = None) -> Lowered:
+                 out_block: int = 0, channel_map: str | None = None,
+                 upsample: Upsample | None = None) -> Lowered:
     """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
     inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op; the
-    epilogue's index is then the flat index in the blocked out0."""
+    epilogue's index is then the flat index in the blocked out0. `upsample`: in0 is the input of a fused
+    nearest resize (ctx.sig's operand 0 its result), read through its tables by the input repack, which
+    every conv then takes (no in-place or local-memory read)."""
     check_float32("conv2d", *ctx.operands, *ctx.results)
     for b in (in_block, out_block):
         if b and b not in (2, 4, 8, 16):
             raise NotLowerable(f"'conv2d' channel block {b}: blocked layouts of 2, 4, 8 or 16 channels only")
+    if upsample and in_block:
+        raise NotLowerable("a fused resize reads an NCHW input")
     geo = Geometry(ctx)
-    geo.in_block, geo.out_block = in_block, out_block
+    geo.in_block, geo.out_block, geo.up = in_block, out_block, upsample
     has_bias = len(ctx.operands) > 2
     nc = int(ctx.schedule.get("vcols", pick_vcols(geo, pixel_cap(ctx))))
     asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))
@@ -723,7 +820,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
     if channel_map and not (depthwise and not in_block):
         raise NotLowerable("only a depthwise conv reading NCHW takes a channel map (a fused channel shuffle)")
-    direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise)
+    direct = not any(geo.pads) and (geo.g == 1 or depthwise if in_block else not depthwise) and not upsample
     th, tw = tile_override(ctx, geo, exact=direct, nc=max(nc, 1))
     if nc > 1 and direct and (geo.ho % th or geo.wo % tw) and "vcols" not in ctx.schedule:
         # tiles would over-read an unpadded input that could be read in place: whole-group tiles give way
@@ -754,7 +851,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         band = band_for(geo, th, tw, hp, math.ceil(geo.c / width), ctx.device.compute_units,
                         int(ctx.schedule.get("band_rows", 0)))
         local_repack = (bool(int(ctx.schedule.get("local_repack", 1))) and in_block in (0, 16)
-                        and not in_place and width == 16
+                        and not in_place and width == 16 and not upsample
                         and not cols_first and "local" not in ctx.schedule
                         and band.items <= ctx.device.max_work_group_size
                         and 4 * band.plane * wp * 16 <= ctx.device.local_mem_size // 2)
@@ -831,6 +928,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     if local_repack:
         schedule["local_repack"] = 1
         schedule["band_rows"] = band.rows // th
+    if upsample:
+        schedule["upsample"] = 1  # the repack reads through a fused nearest resize
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
     return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)

@@ -48,11 +48,12 @@ from .base import (
     require_static,
     template,
 )
-from .conv import lower_conv2d
+from .conv import Upsample, lower_conv2d
 from .elementwise import offset
 from .gemm import ANorm, Tail, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
 from .reduce import REDUCERS, V, flit, fold_lanes, reduce_kernels
+from .resize import upsample_tables
 
 CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm"}
 Anchor = Callable[..., Lowered]  # (ctx, epilogue, *, in_block, out_block) -> Lowered
@@ -575,7 +576,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block, shuffle, norm = [], None, 0, None, NO_NORM
+    where, unpack, in_block, shuffle, norm, up = [], None, 0, None, NO_NORM, None
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
@@ -585,6 +586,8 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
             where.append(norm.arg)
         elif k == 0 and anchor.name == "conv2d" and (shuffle := channel_shuffle(rg, v)) is not None:
             where.append(shuffle[0])
+        elif k == 0 and anchor.name == "conv2d" and (up := nearest_upsample(rg, v)) is not None:
+            where.append(up[0])
         elif (
             k == 0
             and anchor.name in BLOCKED
@@ -600,7 +603,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     main = anchor.results[0]
     result = split.operands[0] if split else rg.yields[0]
     skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else [])),
-            *(id(o) for o in norm.ops)}
+            *(id(o) for o in norm.ops), *((id(up[2]),) if up else ())}
     ops = [op for op in rg.ancestors(result) if id(op) not in skip]
     norms = [op for op in ops if op.name == "layer_norm"]
     if norms:
@@ -631,12 +634,13 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     epi = chain.call if has_chain else None
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
     fn = table[anchor.name]
-    if in_block or out_block:
+    if in_block or out_block or up:
         import inspect
 
         if "in_block" not in inspect.signature(fn).parameters:
             raise NotLowerable(f"the {anchor.name} template takes no blocked layouts")
-        low = fn(sub, epi, in_block=in_block, out_block=out_block)  # type: ignore[call-arg]
+        low = fn(sub, epi, in_block=in_block, out_block=out_block,  # type: ignore[call-arg]
+                 **({"upsample": up[1]} if up else {}))
     elif shuffle:
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     elif split:
@@ -647,7 +651,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *norm.reads})), len(anchor.operands),
                  extra_params=True, reads=norm.reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)
-                 + len(norm.ops))
+                 + len(norm.ops) + (up is not None))
     low.schedule = {**low.schedule, "fused": fused_ops}
     return low
 
@@ -805,6 +809,21 @@ def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
         return None
     g, per = ops[0].results[0].type.dims[1:3]
     return rg.arg[id(ops[0].operands[0])], f"(c % {g}) * {per} + c / {g}", ops
+
+
+def nearest_upsample(rg: Region, v: Value) -> tuple[int, Upsample, Op] | None:
+    """`v` = a nearest resize of H and W of kernel operand `arg` (passes/fuse.absorbable_resize): (the
+    operand's index, the conv's Upsample, the resize); None for anything else."""
+    r = rg.producer(v)
+    if r is None or r.name != "resize" or id(r.operands[0]) not in rg.arg:
+        return None
+    sig = rg.sig(r)
+    x, y = r.operands[0].type, r.result.type
+    if sig.attrs["mode"] != "nearest" or x.rank != 4 or x.dims[:2] != y.dims[:2]:
+        return None
+    rows, cols = upsample_tables(sig.attrs, x, y)
+    return rg.arg[id(r.operands[0])], Upsample(x.dims[2], x.dims[3], tuple(map(int, rows)),
+                                               tuple(map(int, cols))), r
 
 
 # reduction regions ------------------------------------------------------------------------------------

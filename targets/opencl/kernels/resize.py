@@ -40,9 +40,34 @@ def _table(name: str, ctype_: str, values: np.ndarray, fmt=str) -> str:
     return f"__constant {ctype_} {name}[{len(values)}] = {{{', '.join(fmt(v) for v in values)}}};"
 
 
+def axis_scale(scales: list[float], ax: int, n_in: int, n_out: int) -> np.float32:
+    """The scale of axis `ax` as the reference's coordinate transform takes it: `scales` when the model
+    gave them, else out / in."""
+    return np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
+
+
+def nearest_table(n_in: int, n_out: int, scale: np.float32, ctm: str, nm: str) -> np.ndarray:
+    """The source index of each of an axis' n_out outputs under nearest resampling, as the reference
+    computes it (its coordinates, rounding ties and clamping)."""
+    from ....ir.ops.resize import _nearest, _source_coords
+
+    return np.clip(_nearest(_source_coords(n_out, n_in, scale, ctm), nm), 0, n_in - 1).astype(np.int64)
+
+
+def upsample_tables(attrs: dict, x: TensorType, y: TensorType) -> tuple[np.ndarray, np.ndarray]:
+    """A nearest resize of H and W of NCHW `x` to `y` (attrs: the op's): the source row of each output row
+    and the source column of each output column."""
+    scales = [float(s) for s in attrs.get("scales", [])]
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nm = attrs.get("nearest_mode", "round_prefer_floor")
+    rows, cols = (nearest_table(x.dims[ax], y.dims[ax], axis_scale(scales, ax, x.dims[ax], y.dims[ax]), ctm,
+                                nm) for ax in (2, 3))
+    return rows, cols
+
+
 @template("resize")
 def resize(ctx: Ctx) -> Lowered:
-    from ....ir.ops.resize import _nearest, _source_coords
+    from ....ir.ops.resize import _source_coords
 
     require_static(*ctx.operands, *ctx.results)
     x, y = ctx.operands[0], ctx.results[0]
@@ -58,20 +83,19 @@ def resize(ctx: Ctx) -> Lowered:
     last: dict[str, np.ndarray] = {}  # the last axis' tables as arrays, for _rows' 2x path
     terms: list[list[Term]] = []
     for ax, (n_in, n_out) in enumerate(zip(x.dims, y.dims, strict=True)):
-        scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
+        scale = axis_scale(scales, ax, n_in, n_out)
         if (n_in == n_out and scale == 1) or not n_out or not n_in:
             terms.append([Term(strides[ax])])
             continue
-        coords = _source_coords(n_out, n_in, scale, ctm)
         axes.append(ax)
         if mode == "nearest":
-            ix = np.clip(_nearest(coords, nm), 0, n_in - 1).astype(np.int64)
+            ix = nearest_table(n_in, n_out, scale, ctm, nm)
             tables.append(_table(f"KERNEL_ix{ax}", "int", ix))
             if ax == x.rank - 1:
                 last = {"lo": ix}
             terms.append([Term(strides[ax], "raw", expr=f"KERNEL_ix{ax}[@]")])
             continue
-        cc = np.clip(coords, 0, n_in - 1)
+        cc = np.clip(_source_coords(n_out, n_in, scale, ctm), 0, n_in - 1)
         lo = np.floor(cc).astype(np.int64)
         hi = np.minimum(lo + 1, n_in - 1)
         frac = (cc - lo).astype(x.np_dtype)
