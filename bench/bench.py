@@ -69,6 +69,10 @@ ZOO = Path(__file__).resolve().parent / "zoo"
 SUITES = ("light", "zoo")
 
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # common.py (bench/ is not a package)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
 def zoo_module():  # noqa: ANN201
     """bench/zoo/zoo.py (numpy only; bench/ is not a package)."""
     if str(ZOO) not in sys.path:
@@ -113,16 +117,13 @@ def transformer_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
-    from tessel.frontends.onnx.importer import import_model
+    from common import optimize, ort_options, profiled_twin
     from tessel.frontends.onnx.randomize import randomize_weights
-    from tessel.passes.manager import PassManager
-    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
     from tessel.targets.numpy.interpreter import run_func
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.lower import lower_module
     from tessel.targets.opencl.runtime import Executable
 
-    pipeline = O_LEVELS[args.level]
     if name == TRANSFORMER:
         model, feeds = transformer_model()
     elif suite_of(name) == "zoo":
@@ -139,15 +140,11 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
             if vi.name not in inits
         }
     data = model.SerializeToString()
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(data, ort_options(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
 
     t0 = time.perf_counter()
-    module = import_model(data, f"{name}.onnx")
-    PassManager(parse_pipeline(pipeline)).run(module)
+    module = optimize(data, name, args.level)
     import_ms = (time.perf_counter() - t0) * 1000
     func = module.func("main") or module.funcs[0]
     from tessel.targets.numpy.interpreter import input_names
@@ -173,8 +170,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
     # the overhead column: in each profiled run on the same execution, its wall minus its kernels' summed
     # time (two medians taken minutes apart, or over two executables, differ by this VM's noise alone)
-    prof = Executable(module, func, device, profile=True, execution="pool")
-    prof.place(exe.placement)
+    prof = profiled_twin(exe)
     _, pstats = prof.measure(arrays, args.repeat)
     run_kernel_ms = [sum(ts[r] for ts in pstats.kernel_ns.values()) / 1e6 for r in range(len(pstats.seconds))]
     kernel_ms = statistics.median(run_kernel_ms)

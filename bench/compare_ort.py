@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from common import optimize, ort_options, profiled_twin
 
 ZOO = Path(__file__).resolve().parent / "zoo"
 
@@ -53,11 +54,7 @@ def ort_node_us(data: bytes, feeds: dict[str, np.ndarray], runs: int) -> tuple[d
 
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.enable_profiling = True
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(data, ort_options(enable_profiling=True), providers=["CPUExecutionProvider"])
     for _ in range(5):
         sess.run(None, feeds)
     walls = []
@@ -77,17 +74,13 @@ def ort_node_us(data: bytes, feeds: dict[str, np.ndarray], runs: int) -> tuple[d
 
 
 def tessel_rows(data: bytes, feeds: dict[str, np.ndarray], name: str, level: int, runs: int):  # noqa: ANN201
-    from tessel.frontends.onnx.importer import import_model
-    from tessel.passes.manager import PassManager
-    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
     from tessel.targets.numpy.interpreter import input_names
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.lower import lower_module
     from tessel.targets.opencl.profile import kernel_rows
     from tessel.targets.opencl.runtime import Executable
 
-    module = import_model(data, f"{name}.onnx")
-    PassManager(parse_pipeline(O_LEVELS[level])).run(module)
+    module = optimize(data, name, level)
     func = module.func("main") or module.funcs[0]
     device = dev.pick_device()
     lower_module(module, dev.device_info(device))
@@ -95,8 +88,7 @@ def tessel_rows(data: bytes, feeds: dict[str, np.ndarray], name: str, level: int
     exe = Executable(module, func, device)
     exe.run(arrays)
     exe.settle(arrays)
-    prof = Executable(module, func, device, profile=True, execution="pool")
-    prof.place(exe.placement)
+    prof = profiled_twin(exe)
     _, stats = prof.measure(arrays, runs)
     return kernel_rows(prof, stats), statistics.median(stats.seconds) * 1e3, exe.running_on
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import onnx
+from common import ort_options
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
@@ -27,11 +28,8 @@ def ort_nodes(data: bytes) -> int:
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as d:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.optimized_model_filepath = os.path.join(d, "opt.onnx")
-        opts.intra_op_num_threads = 2
-        opts.log_severity_level = 3
+        opts = ort_options(graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                           optimized_model_filepath=os.path.join(d, "opt.onnx"))
         ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         return len(onnx.load(opts.optimized_model_filepath).graph.node)
 

@@ -92,18 +92,24 @@ class Plan:
     profile: bool = False  # each participant records, per step, its first chunk's start and last one's end
 
 
+def _past_comment(text: str, i: int) -> int:
+    """The index just past the comment starting at `i` (the `//` comment's newline stays), or `i` when
+    none starts there."""
+    if text.startswith("//", i):
+        j = text.find("\n", i)
+        return len(text) if j < 0 else j
+    if text.startswith("/*", i):
+        return text.index("*/", i) + 2
+    return i
+
+
 def function_end(source: str, start: int) -> int:
     """The index just past the `}` that closes the first `{` at or after `start` (comments skipped)."""
     depth, i, n = 0, source.index("{", start), len(source)
     while i < n:
         c = source[i]
-        if c == "/" and source.startswith("//", i):
-            i = source.find("\n", i)
-            if i < 0:
-                return n
-            continue
-        if c == "/" and source.startswith("/*", i):
-            i = source.index("*/", i) + 2
+        if c == "/" and (j := _past_comment(source, i)) != i:
+            i = j
             continue
         if c == "{":
             depth += 1
@@ -148,14 +154,12 @@ def _align(n: int) -> int:
 
 
 def _skip_space(text: str, i: int) -> int:
+    """The index of the first character at or after `i` that is neither white space nor in a comment."""
     while i < len(text):
         if text[i].isspace():
             i += 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = len(text) if j < 0 else j
-        elif text.startswith("/*", i):
-            i = text.index("*/", i) + 2
+        elif (j := _past_comment(text, i)) != i:
+            i = j
         else:
             break
     return i

@@ -144,7 +144,8 @@ class Executable:
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
-        self._cooperative: Any = None  # a cooperative.Runner, made the first time it is used
+        self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)
+        self._cooperative_tried = False  # whether _cooperative_runner has tried to make it
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -360,8 +361,8 @@ class Executable:
     def _cooperative_runner(self) -> Any:
         """The cooperative.Runner of this executable (made the first time), or None where the device
         cannot run cooperatively."""
-        if self._cooperative is None:
-            self._cooperative = False
+        if not self._cooperative_tried:
+            self._cooperative_tried = True
             if self.companion is not None and self.svm:
                 from . import cooperative as coop
 
@@ -379,7 +380,7 @@ class Executable:
                           for i, s in zip(self._live, steps, strict=True)]
                 self._cooperative = coop.Runner(self.cl, self.context, self.device, self.companion,
                                                 the_plan, program, inline)
-        return self._cooperative or None
+        return self._cooperative
 
     def _use_cooperative(self) -> bool:
         if self._cooperative_runner() is None:
@@ -581,8 +582,9 @@ class Executable:
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         if self.profile and self.running_on == "cooperative" and not self._cooperative.plan.profile:
-            # no cycle counter to read: time each kernel launched alone on the pool (both cores), as many
-            # times, over the buffers as the runs left them
+            # no cycle counter to read: time each kernel launched alone on the pool (both cores: the
+            # persistent work-group parked), as many times, over the buffers as the runs left them
+            self._cooperative.park()
             launch = self.cl.enqueue_nd_range_kernel
             for _ in range(max(repeat, 1)):
                 events = [launch(self._pool_queue, self.steps[i].kernel, self.steps[i].global_size,

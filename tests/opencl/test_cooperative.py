@@ -227,6 +227,27 @@ def test_auto_measures_cooperative_and_profiles_it() -> None:
         assert all(0 < k < 2 * w for k, w in zip(total, stats.seconds, strict=True))
 
 
+def test_profiling_without_a_cycle_counter_times_each_kernel_on_the_pool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off x86 (no cycle counter user code may read) a profiling executable runs cooperatively with a plain
+    plan, and `measure` times each kernel launched alone on the pool instead, as many times as it ran."""
+    needs_companion()
+    from tessel.targets.opencl import cooperative as coop
+
+    monkeypatch.setattr(coop, "CYCLE_COUNTER", False)
+    m = compiled(mobile_block())
+    exe = Executable(m, m.funcs[0], profile=True, execution="cooperative")
+    assert not exe._cooperative.plan.profile and "readcyclecounter" not in exe._cooperative.plan.source
+    x = inputs(m.funcs[0], 7)
+    results, stats = exe.measure(x, 3)
+    assert exe.running_on == "cooperative" and len(stats.seconds) == 3
+    assert sorted(stats.kernel_ns) == exe._live
+    assert all(len(v) == 3 and all(t > 0 for t in v) for v in stats.kernel_ns.values())
+    want = Executable(m, m.funcs[0], execution="pool").run(x)
+    for a, b in zip(want, results, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
 def test_a_profiled_run_records_lone_steps() -> None:
     needs_companion()
     m = compiled(gru())

@@ -1,0 +1,44 @@
+"""What the bench scripts (bench.py, compare_ort.py, graph_stats.py) share: onnxruntime's session options
+as `make bench` runs it, tessel's import and optimization of an ONNX model, and the profiled twin of a
+settled executable (bench/ is not a package: each script puts this directory on sys.path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ORT_THREADS = 2
+"""onnxruntime's intra-op threads: the machine's two cores, as tessel's device has."""
+
+
+def ort_options(**settings: Any) -> Any:
+    """onnxruntime SessionOptions as the benches run it (ORT_THREADS threads, warnings off), with
+    `settings` (e.g. enable_profiling=True) set on top."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = ORT_THREADS
+    opts.log_severity_level = 3
+    for key, value in settings.items():
+        setattr(opts, key, value)
+    return opts
+
+
+def optimize(data: bytes, name: str, level: int) -> Any:
+    """The ONNX model `data` imported (as `<name>.onnx`) and run through tessel's -O`level` pipeline."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+
+    module = import_model(data, f"{name}.onnx")
+    PassManager(parse_pipeline(O_LEVELS[level])).run(module)
+    return module
+
+
+def profiled_twin(exe: Any) -> Any:
+    """A profiling Executable of `exe`'s func on its device, placed as `exe` settled (the pool, inline, a
+    hybrid, or cooperative: then each kernel's span inside the persistent kernels)."""
+    from tessel.targets.opencl.runtime import Executable
+
+    prof = Executable(exe.module, exe.func, exe.device, profile=True, execution="pool")
+    prof.place(exe.placement)
+    return prof
