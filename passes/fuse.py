@@ -7,7 +7,8 @@ Greedy, producer to consumer, in program order:
    `reduction`) takes, as the fused-region contract of ir/ops/kernel.py and the OpenCL `kernel` template
    expect: an `unpack` (inner_dims_pos=[1]) of its input when that is its only user (conv2d and pools;
    an unpack read only by such anchors is cloned into each, so the NCHW value is never written); for a
-   reduction, the elementwise ops that compute its input (its prologue, each with the input's shape);
+   reduction other than a pool, the elementwise ops that compute its input (its prologue, each with the
+   input's shape: the template applies them to each element it loads);
    a `pack` (inner_dims_pos=[1]) when that is its only user (conv2d and pools); then the chain of
    elementwise consumers, each the only user of the value before it, whose other operands broadcast to
    the chain's shape without changing it (they become block arguments; `dense<>` literals are cloned in);
@@ -67,7 +68,9 @@ REDUCTION_ANCHORS = frozenset(
 )
 ROW_ANCHORS = frozenset({"matmul", "gemm"})
 """Epilogue anchors whose template can normalize whole output rows (a layer_norm) and split the columns."""
-BLOCKED_ANCHORS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool"})
+POOL_ANCHORS = frozenset({"max_pool2d", "avg_pool2d", "global_avg_pool"})
+"""Reduction anchors whose template (the conv's tiling) takes an epilogue but no prologue."""
+BLOCKED_ANCHORS = frozenset({"conv2d", *POOL_ANCHORS})
 """Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
 CHEAP_FLOPS = 4
 """A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
@@ -249,7 +252,7 @@ class _Fuser:
             ops.insert(0, unpack)
         elif shuffle or resize:
             ops[:0] = shuffle or resize
-        elif kind == "reduction":
+        elif kind == "reduction" and anchor.name not in POOL_ANCHORS:  # a pool's template reads its input
             self.prologue(anchor, 0, anchor, ops)
         v = anchor.result
         pack = v.users[0] if len(v.uses) == 1 else None

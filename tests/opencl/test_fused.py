@@ -424,6 +424,34 @@ def test_reduce_mean_with_epilogue() -> None:
     run(module({"x": x, "s": s}, {}, body, ["x", "s"], [y], "reduction"))
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes", "op", "extra"),
+    [((1, 24, 128), [-1], "reduce_mean", False),  # RMSNorm's mean of squares: a row kernel
+     ((2, 32, 7, 7), [2, 3], "reduce_mean", True),  # a global pool after an activation and a residual
+     ((64, 24), [0], "reduce_sum", True),  # a column kernel
+     ((3, 40000), [1], "reduce_mean", True),  # a row split across work-items: the prologue in the first
+     ((40000, 6), [0], "reduce_max", False),  # a column split
+     ((5, 37), [1], "reduce_log_sum_exp", True)],
+    ids=["rms-row", "pool-2d", "column", "row-split", "column-split", "log-sum-exp"],
+)
+def test_reduction_with_a_prologue(shape: tuple[int, ...], axes: list[int], op: str, extra: bool) -> None:
+    """Elementwise ops computing a reduce_*'s input run on each element as the kernel loads it (the
+    reduced input is never written): squares (x * x, as canonicalize turns pow(x, 2)), a sigmoid, and an
+    operand of the input's shape read at the element's position, in row, column and split kernels."""
+    x = T(*shape)
+    keep = [1 if (a % len(shape)) in {b % len(shape) for b in axes} else d for a, d in enumerate(shape)]
+    y = T(*keep)
+    args = {"x": x, **({"z": x} if extra else {})}
+    pro = [f"%q = mul %_x, %_x : ({x}, {x}) -> {x}"]
+    if extra:
+        pro += [f"%e = add %q, %_z : ({x}, {x}) -> {x}", f"%p = sigmoid %e : ({x}) -> {x}"]
+    last = "%p" if extra else "%q"
+    body = "\n".join([*pro, f"%r = {op} {last} {{axes = {axes}, keepdims = true}} : ({x}) -> {y}",
+                      f"%s = sqrt %r : ({y}) -> {y}", f"yield %s : {y}"])
+    m, _ = run(module(args, {}, body, list(args), [y], "reduction"))
+    assert "KERNEL_pro" not in source(m) and re.search(r"k\d+_\w+_pro\d+\(", source(m))
+
+
 def test_global_avg_pool_with_epilogue() -> None:
     x, y = T(1, 48, 7, 7), T(1, 48, 1, 1)
     body = f"""

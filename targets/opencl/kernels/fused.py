@@ -875,8 +875,6 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
     if anchor.name in NORMS:
         low = NORMS[anchor.name](sub, pro_chain.hook(), epi_chain.hook())
-    elif pro:
-        raise NotLowerable(f"'{anchor.name}' takes no fused prologue")
     else:
         low = reduce_kernels(
             anchor.name,
@@ -884,7 +882,8 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
             main.type,
             reduced_axes(rg.sig(anchor)),
             ctx.device,
-            epi_chain.hook() if ops else None,
+            epi_chain.hook() if ops else None,  # type: ignore[arg-type]
+            pro_chain.hook() if pro else None,  # type: ignore[arg-type]
         )
     low.pack = packed_operands(rg, low, where, anchor)
     extras = sorted({a for ch in chains for a in ch.extras})

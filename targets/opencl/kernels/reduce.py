@@ -332,15 +332,19 @@ def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
 
 
 def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
-                   device: DeviceInfo, epilogue: Epilogue | None = None) -> Lowered:
+                   device: DeviceInfo, epilogue: Epilogue | None = None,
+                   prologue: Epilogue | None = None) -> Lowered:
     """Kernels computing `op` (a REDUCERS key) of `x` over `axes` into `y` (same element type), with an
-    optional fused `epilogue` on every stored output."""
+    optional fused `epilogue` on every stored output and `prologue` on every loaded input element (its
+    position: the element's flat index in x, of the first lane for a vector)."""
     require_static(x, y)
     c = elem_ctype(x, device)
     epi: Store = epilogue.apply if epilogue is not None else _plain
+    pre: Store = prologue.apply if prologue is not None else _plain
     extra = tuple(sorted(epilogue.args)) if epilogue is not None else ()
-    if epilogue is not None and (x.numel == 0 or y.numel == 0 or not is_float(c)):
-        raise NotLowerable(f"{op}: a fused epilogue needs a non-empty float reduction")
+    pro_extra = tuple(sorted(set(prologue.args) - set(extra))) if prologue is not None else ()
+    if (epilogue is not None or prologue is not None) and (x.numel == 0 or y.numel == 0 or not is_float(c)):
+        raise NotLowerable(f"{op}: a fused prologue or epilogue needs a non-empty float reduction")
     r = REDUCERS[op]
     if op in ("reduce_mean", "reduce_l2", "reduce_log_sum_exp") and not is_float(c):
         raise NotLowerable(f"{op} of {x.dtype}")
@@ -363,10 +367,12 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     S = plan.splits
     dst_t = a if S > 1 else c
     dst = "tmp0" if S > 1 else "out0"
-    extra_params = [f"__global const {c}* restrict {n}" for n in extra] if S == 1 else []
+    # the first kernel's extra buffers: the epilogue's when it stores the outputs, and the prologue's
+    first = (*extra, *pro_extra) if S == 1 else tuple(sorted(prologue.args)) if prologue is not None else ()
+    extra_params = [f"__global const {c}* restrict {n}" for n in first]
     params = [f"__global const {c}* restrict in0", *extra_params, f"__global {dst_t}* restrict {dst}"]
     gen = row_kernel if plan.row else column_kernel
-    body, items = gen(plan, r, c, a, vw, it, lse, epi)
+    body, items = gen(plan, r, c, a, vw, it, lse, epi, pre)
     body = [ln.replace("TYPE", c) for ln in body]
     shape = "row" if plan.row else "column"
     k = launch_1d(items)
@@ -374,10 +380,10 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
                              f"{what}: {shape} kernel, {vw}-wide", params, body)
     sched = {"kernel": shape, "vector": vw, "split": S}
     if S == 1:
-        if extra:
-            k.args = ("in0", *extra, "out0")
+        if first:
+            k.args = ("in0", *first, "out0")
         return Lowered([k], schedule=sched)
-    k.args = ("in0", "tmp0")
+    k.args = ("in0", *first, "tmp0")
     k2 = launch_1d(plan.n_out)
     va = V(a, 1)
     body2 = [f"const {it} o = get_global_id(0);", f"if (o >= {plan.n_out}) return;",
@@ -406,9 +412,9 @@ def element(r: Reducer, c: str, a: str, v: V, load: str) -> str:
 
 
 def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool,
-               epi: Store = _plain) -> tuple[list[str], int]:
+               epi: Store = _plain, pre: Store = _plain) -> tuple[list[str], int]:
     """One work-item per output (per split part): vector loop over the contiguous reduced run; `epi`
-    rewrites each stored output."""
+    rewrites each stored output, `pre` each loaded input."""
     S, n_out = plan.splits, plan.n_out
     items = n_out * S
     lines = [f"const {it} g = get_global_id(0);", f"if (g >= {items}) return;"]
@@ -455,7 +461,8 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
             out.append(f"const {a} {name}_t = {name}1;")
         return out
 
-    vload, sload = V(c, vw).load("p", "i"), "p[i]"
+    vload = pre(V(c, vw).load("p", "i"), V(c, vw), "(p - in0) + i")
+    sload = pre("p[i]", V(c, 1), "(p - in0) + i")
     if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
         lines += sweep("max", False, vload, sload, "m")
         lines.append(f"const {a} sh = isfinite(m_t) ? m_t : {flit(0.0, a)};")
@@ -472,7 +479,7 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
 
 
 def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
-                  lse: bool, epi: Store = _plain) -> tuple[list[str], int]:
+                  lse: bool, epi: Store = _plain, pre: Store = _plain) -> tuple[list[str], int]:
     """One work-item per `unroll` vectors of consecutive outputs along the contiguous kept run (lanes are
     outputs): each reduced position reads `unroll` neighbouring vectors, a few whole cache lines."""
     K = plan.inner
@@ -497,7 +504,7 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
 
     def path(w: int, off: str, u: int = 1) -> list[str]:
         v, vc = V(a, w), V(c, w)
-        load = vc.load("p", "0")
+        load = pre(vc.load("p", "0"), vc, "(p - in0)")
         out = [f"const __global TYPE* x = in0 + base + {off};"]
         if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
             m, s = Blocked("m", v, "max", "-INFINITY", False), Blocked("s", v, "add", flit(0.0, a), True)
@@ -514,7 +521,8 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
         step = []
         for j, acc in enumerate(accs):
             vj = f"v{j}" if u > 1 else "v"
-            step += [f"const {v.t} {vj} = {element(r, c, a, v, vc.load('p', str(j * w)))};", *acc.add(vj)]
+            loaded = pre(vc.load("p", str(j * w)), vc, f"(p - in0) + {j * w}")
+            step += [f"const {v.t} {vj} = {element(r, c, a, v, loaded)};", *acc.add(vj)]
         out += row_loops(plan, it, step + counted(accs)) + [s for acc in accs for s in acc.flush()]
         for j, acc in enumerate(accs):
             at = f"{off} + {j * w}" if j else off
