@@ -81,6 +81,12 @@ def device_for_codegen(spec: str) -> object:
     help="Check the lowering: run the input on the numpy reference and the lowered module on OpenCL "
     "(seeded random inputs) and fail when the results differ beyond tolerance (default 1e-3,1e-4).",
 )
+@click.option(
+    "--remarks-missed",
+    is_flag=True,
+    help="Print a remark on stderr for each fused region no kernel template takes whole (reason "
+    "unfused-region): it then runs as one launch per op, and the remark says why.",
+)
 @weights_options
 @debug_option
 @handle_errors
@@ -92,6 +98,7 @@ def main(
     device: str,
     split_input_file: bool,
     validate: object,
+    remarks_missed: bool,
     elide_resources: bool,
     external_weights: str | None,
     debug: bool,
@@ -119,7 +126,10 @@ def main(
         if is_lowered(module):
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
-        lower_module(module, info)  # type: ignore[arg-type]
+        remarks: list | None = [] if remarks_missed else None
+        lower_module(module, info, remarks)  # type: ignore[arg-type]
+        for r in remarks or ():
+            click.echo(r.text(), err=True)
         verify_or_raise(module)
         if check is not None:
             _check_lowering(module, *check, validate, device)

@@ -26,6 +26,7 @@ from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
 from ...passes.analysis import op_cost, region_ops
 from ...passes.liveness import may_write_in_place, plan_buffers
+from ...passes.remarks import Remark
 from .device import preamble
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
@@ -41,6 +42,7 @@ class _State:
     program: list[str] = field(default_factory=list)
     constant: set[int] = field(default_factory=set)  # ids of values known at compile time
     failures: list[tuple[Op, str]] = field(default_factory=list)
+    unfused: list[tuple[Op, int, str]] = field(default_factory=list)  # regions run op by op: launches, why
 
     def kernel_name(self, source: str, op_name: str) -> str:
         name = self.sources.get(source)
@@ -55,13 +57,16 @@ def is_lowered(module: Module) -> bool:
     return any(op.name == "cl.program" for f in module.funcs for op in f.block.ops)
 
 
-def lower_module(module: Module, info: DeviceInfo | None = None) -> Module:
-    """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel."""
+def lower_module(module: Module, info: DeviceInfo | None = None,
+                 remarks: list[Remark] | None = None) -> Module:
+    """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel.
+    `remarks`, when given, receives a `missed` remark (category `fusion`, reason `unfused-region`) for each
+    `kernel` region no template takes whole, which then runs as one launch per op."""
     load_all()
     info = info or DeviceInfo.generic()
     failures: list[tuple[Op, str]] = []
     for func in module.funcs:
-        failures += lower_func(module, func, info)
+        failures += lower_func(module, func, info, remarks)
     if failures:
         op0, why0 = failures[0]
         d = Diagnostic(
@@ -82,7 +87,8 @@ def _where(op: Op) -> str:
     return f"at {', '.join(op.loc)} " if op.loc else ""
 
 
-def lower_func(module: Module, func: Func, info: DeviceInfo) -> list[tuple[Op, str]]:
+def lower_func(module: Module, func: Func, info: DeviceInfo,
+               remarks: list[Remark] | None = None) -> list[tuple[Op, str]]:
     st = _State(info)
     block = func.block
     old = list(block.ops)
@@ -90,6 +96,13 @@ def lower_func(module: Module, func: Func, info: DeviceInfo) -> list[tuple[Op, s
         block.remove(op)
     for op in old:
         _lower_op(module, block, op, st)
+    if remarks is not None:
+        for op, launches, why in st.unfused:
+            names = [o.name for o in op.regions[0].blocks[0].ops if o.name not in ("const", "yield")]
+            remarks.append(Remark.make(
+                "codegen", "missed", "fusion", "unfused-region", [op],
+                f"the {op.attrs.get('kind', 'generic')} region of {', '.join(map(repr, names))} runs as "
+                f"{launches} launches, one per op: {why}"))
     if st.failures:
         return st.failures
     plan = plan_memory(block, info)
@@ -137,8 +150,11 @@ def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
     launch = _launch(module, block, op, st)
     if launch is None and op.name == "kernel":
         # no single fused kernel for this region: not an error, run its ops one launch each
+        why = st.failures[failed][1] if len(st.failures) > failed else "no template"
         del st.failures[failed:]
+        before = sum(o.name == "cl.launch" for o in block.ops)
         _inline_region(module, block, op, st)
+        st.unfused.append((op, sum(o.name == "cl.launch" for o in block.ops) - before, why))
         return
     if launch is not None:
         _replace(block, op, launch)
