@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_validate import PLUGIN, _miscompiled_O2, _model_tsl
+from .test_validate import PLUGIN, RESNET50_TOLERANCE, _miscompiled_O2, _model_tsl
 
 BIN = Path(sys.executable).parent
 
@@ -21,12 +21,13 @@ def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, timeout=900)
 
 
-def _found_reduced_replayed(name: str, tmp: Path) -> int:
+def _found_reduced_replayed(name: str, tmp: Path, tolerance: str = "0.001,0.0001") -> int:
     tsl = _model_tsl(tmp, name)
     pipeline, index = _miscompiled_O2()
     repro, small = tmp / "repro.tsl", tmp / "small.tsl"
-    found = _run("tessel-opt", "--load-pass-plugin", PLUGIN, "--pass-pipeline", pipeline, "--validate-each",
-                 "--crash-reproducer", str(repro), str(tsl), "-o", str(tmp / "out.tsl"))
+    found = _run("tessel-opt", "--load-pass-plugin", PLUGIN, "--pass-pipeline", pipeline,
+                 f"--validate-each={tolerance}", "--crash-reproducer", str(repro), str(tsl), "-o",
+                 str(tmp / "out.tsl"))
     assert found.returncode == 1, found.stderr
     assert f"error: pass ({index}) 'test-miscompile' changed the results" in found.stderr
     assert "Traceback" not in found.stderr and repro.exists()
@@ -39,7 +40,7 @@ def _found_reduced_replayed(name: str, tmp: Path) -> int:
     assert any("conv2d" in ln for ln in lines)  # the op the miscompile changes survives
 
     # the reduced reproducer keeps its header, so it still replays the miscompile
-    assert lines[0] == "// tessel-reproducer: --pass-pipeline='test-miscompile' --validate-each=0.001,0.0001"
+    assert lines[0] == f"// tessel-reproducer: --pass-pipeline='test-miscompile' --validate-each={tolerance}"
     replay = _run("tessel-opt", "--load-pass-plugin", PLUGIN, "--run-reproducer",
                   "--crash-reproducer", str(tmp / "again.tsl"), str(small))
     assert replay.returncode == 1, replay.stderr
@@ -53,4 +54,4 @@ def test_squeezenet_miscompile_found_reduced_and_replayed(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_resnet50_miscompile_found_reduced_under_30_lines_and_replayed(tmp_path: Path) -> None:
-    _found_reduced_replayed("resnet50", tmp_path)
+    _found_reduced_replayed("resnet50", tmp_path, RESNET50_TOLERANCE)
