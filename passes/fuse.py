@@ -418,8 +418,9 @@ class _Fuser:
             return []
         x, y = r.operands[0].type, r.result.type
         what = f"the input repack of '{anchor.name}'"
-        if r.attrs.get("mode", "nearest") != "nearest":
-            self.missed("interpolates", [r, anchor], f"'resize' interpolates (mode {r.attrs['mode']}); "
+        mode = op_sig(r, self.module.resources).attrs["mode"]  # the registry's default when not given
+        if mode != "nearest":
+            self.missed("interpolates", [r, anchor], f"'resize' interpolates (mode {mode}); "
                         f"{what} only copies pixels, so the resize stays a kernel of its own")
         elif len(r.result.uses) != 1:
             self.missed("multi-use", [r, anchor], f"'resize' has {len(r.result.uses)} uses; {what} can "

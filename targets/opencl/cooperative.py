@@ -322,11 +322,12 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
         base[i] = len(table)
         table.extend(p for p, _, _ in t.regions)
     deps = dependencies(tasks, range(len(tasks)))
+    counters = 2 * len(tasks) + 1  # a half: claimed and done a step, then the abort flag
     emit = _Emitter(tasks, sizes, forms, base, deps, scratch, profile)
     if any(s is not None for s in sizes):
         out.append(emit.kernel(f"{POOL_KERNEL}_run", [i for i, s in enumerate(sizes) if s is not None], [],
                                "__attribute__((noinline)) static void"))
-        out.append(emit.pool(2 * len(tasks) + 1))
+        out.append(emit.pool(counters))
     for k, seg in enumerate(segments):
         if seg.kernel is None:
             continue
@@ -335,7 +336,7 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
         # there), or at the end of the run every step
         waits = deps[after] if after is not None else [i for i, s in enumerate(sizes) if s is not None]
         out.append(emit.kernel(seg.kernel, list(seg.steps), waits))
-    return Plan("\n".join(out), segments, table, 2 * len(tasks) + 1, scratch, profile)
+    return Plan("\n".join(out), segments, table, counters, scratch, profile)
 
 
 RUNTIME = """

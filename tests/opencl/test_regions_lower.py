@@ -1,7 +1,7 @@
 """Every region `fuse` forms on a real model lowers as one kernel: a region the OpenCL templates cannot
 take falls back, silently, to one launch per op (targets/opencl/lower.py `_inline_region`), which is how
 reductions with a prologue ran for a while (RMSNorm, a global mean after an activation: 5 launches where
-1 was meant). Lowering is checked template by template, with no OpenCL build, at -O2 and -O3."""
+1 was meant). Each model is lowered (no OpenCL build) at -O2 and -O3 with lowering remarks on."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from tessel.frontends.onnx.importer import import_model
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
-from tessel.targets.opencl.kernels import load_all
-from tessel.targets.opencl.lower import _State, _template
+from tessel.targets.opencl.lower import lower_module
 
 from tests.models.test_models import LIGHT
 from tests.models.transformer import build_encoder
@@ -26,18 +25,14 @@ after, two launches either way (the region only keeps the pack next to its pool)
 
 
 def unlowered(model: onnx.ModelProto, name: str, level: int) -> list[str]:
-    """'anchor: reason' for each kernel region of `model` at -O`level` that does not lower as one kernel."""
-    load_all()
+    """The `unfused-region` remarks of lowering `model` at -O`level`: each kernel region that does not lower
+    as one kernel (tessel-codegen --remarks-missed prints them)."""
     module = import_model(model.SerializeToString(), f"{name}.onnx")
     PassManager(parse_pipeline(O_LEVELS[level])).run(module)
-    st = _State(here())
-    out = []
-    for func in module.funcs:
-        for op in func.block.ops:
-            if op.name == "kernel" and _template(op, st, module) is None:
-                names = [o.name for o in op.regions[0].blocks[0].ops if o.name not in ("const", "yield")]
-                out.append(f"{'+'.join(names)}: {st.failures[-1][1]}")
-    return out
+    remarks: list = []
+    lower_module(module, here(), remarks)
+    assert all(r.reason == "unfused-region" for r in remarks)
+    return [r.message for r in remarks]
 
 
 @pytest.mark.parametrize("level", [2, 3])

@@ -333,11 +333,10 @@ def repack_upsampled(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: 
     lanes = [f"x[{plane(i)} + sx]" if not tail else f"(cin + {i} < {cg} ? x[{plane(i)} + sx] : 0.0f)"
              for i in range(cb)]
     if cb in (2, 4, 8, 16):
-        vec, store = f"float{cb}", f"vstore{cb}(v, w, p)"
-        value = f"({vec})({', '.join(lanes)})"
+        vec = f"float{cb}"
+        store = f"vstore{cb}(inside ? ({vec})({', '.join(lanes)}) : ({vec})(0.0f), w, p);"
     else:  # no vector type of cb lanes: a scalar a channel
-        vec, value = "float", "0.0f"
-        store = "; ".join(f"p[w * {cb} + {i}] = inside ? {lane} : 0.0f" for i, lane in enumerate(lanes))
+        store = " ".join(f"p[w * {cb} + {i}] = inside ? {lane} : 0.0f;" for i, lane in enumerate(lanes))
     src = f"""// repack {up.what(geo)} into channel blocks
 // [{geo.n}, {groups}, {cbn}, {hp}, {wp}, {cb}], zero-padded (pads top/left {geo.pt}/{geo.pl});
 // 16 columns a work-item, a pixel's channels gathered into one vector
@@ -346,8 +345,7 @@ def repack_upsampled(geo: Geometry, groups: int, cg: int, cb: int, hp: int, wp: 
     for (int w = 0; w < min(16, {wp} - w0); ++w) {{
         const bool inside = row && iw0 + w >= 0 && iw0 + w < {geo.w};
         const int sx = inside ? KERNEL_ux[iw0 + w] : 0;
-        const {vec} v = inside ? {value} : ({vec})(0.0f);
-        {store};  // (v unused with a scalar a channel)
+        {store}
     }}
 }}
 """

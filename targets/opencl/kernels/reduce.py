@@ -342,7 +342,7 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     epi: Store = epilogue.apply if epilogue is not None else _plain
     pre: Store = prologue.apply if prologue is not None else _plain
     extra = tuple(sorted(epilogue.args)) if epilogue is not None else ()
-    pro_extra = tuple(sorted(set(prologue.args) - set(extra))) if prologue is not None else ()
+    pro_args = tuple(sorted(prologue.args)) if prologue is not None else ()
     if (epilogue is not None or prologue is not None) and (x.numel == 0 or y.numel == 0 or not is_float(c)):
         raise NotLowerable(f"{op}: a fused prologue or epilogue needs a non-empty float reduction")
     r = REDUCERS[op]
@@ -367,8 +367,8 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     S = plan.splits
     dst_t = a if S > 1 else c
     dst = "tmp0" if S > 1 else "out0"
-    # the first kernel's extra buffers: the epilogue's when it stores the outputs, and the prologue's
-    first = (*extra, *pro_extra) if S == 1 else tuple(sorted(prologue.args)) if prologue is not None else ()
+    # the first kernel's extra buffers: the prologue's, and the epilogue's when it stores the outputs
+    first = tuple(dict.fromkeys((*extra, *pro_args))) if S == 1 else pro_args
     extra_params = [f"__global const {c}* restrict {n}" for n in first]
     params = [f"__global const {c}* restrict in0", *extra_params, f"__global {dst_t}* restrict {dst}"]
     gen = row_kernel if plan.row else column_kernel

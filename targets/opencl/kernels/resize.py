@@ -55,11 +55,10 @@ def nearest_table(n_in: int, n_out: int, scale: np.float32, ctm: str, nm: str) -
 
 
 def upsample_tables(attrs: dict, x: TensorType, y: TensorType) -> tuple[np.ndarray, np.ndarray]:
-    """A nearest resize of H and W of NCHW `x` to `y` (attrs: the op's): the source row of each output row
-    and the source column of each output column."""
-    scales = [float(s) for s in attrs.get("scales", [])]
-    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
-    nm = attrs.get("nearest_mode", "round_prefer_floor")
+    """A nearest resize of H and W of NCHW `x` to `y` (attrs: its Sig's, defaults filled in by the registry):
+    the source row of each output row and the source column of each output column."""
+    scales = [float(s) for s in attrs["scales"]]
+    ctm, nm = attrs["coordinate_transformation_mode"], attrs["nearest_mode"]
     rows, cols = (nearest_table(x.dims[ax], y.dims[ax], axis_scale(scales, ax, x.dims[ax], y.dims[ax]), ctm,
                                 nm) for ax in (2, 3))
     return rows, cols
