@@ -297,6 +297,7 @@ def test_gemm_trans_a_modes(schedule) -> None:
     (3136, 576, 64, False),  # large, rows 2304 bytes apart: 16 rows spread over the L1 sets
     (1024, 1024, 1024, True),  # rows 4 KiB apart all fall in one L1 set
     (49, 4608, 512, True),  # long rows outrun the prefetchers
+    (24, 4096, 1024, True),  # small, but a long product over rows that share one L1 set
 ])
 def test_matmul_packs_a_only_when_it_pays(m, k, n, packed) -> None:
     _, low = lower_op("matmul", [TensorType((m, k), "f32"), TensorType((k, n), "f32")], {})
@@ -304,6 +305,28 @@ def test_matmul_packs_a_only_when_it_pays(m, k, n, packed) -> None:
     assert len(low.kernels) == 1 + packed and bool(low.scratch) == packed
     assert low.kernels[-1].args[0] == ("tmp0" if packed else "in0")
     assert ("panels [.., " if packed else f"A [.., {m}, {k}]") in low.kernels[-1].source
+
+
+@pytest.mark.parametrize("m, k, rows", [
+    (32, 1024, 8),  # 4 KiB apart: 16 rows in one L1 set ran at a third of the speed of 8
+    (48, 2048, 8),
+    (24, 1536, 12),  # 6 KiB apart: two sets; 16 rows (8 a set) qualify, evened to 2 blocks of 12
+    (17, 512, 9),  # 2 KiB apart: 17 rows put 9 in a set; 16 would qualify, evened to 9 + 8
+    (32, 512, 16),  # 2 KiB apart: two sets
+    (32, 200, 16),  # 800 bytes apart: spread over the sets
+])
+def test_rows_read_as_is_do_not_thrash_an_l1_set(m, k, rows) -> None:
+    _, low = lower_op("matmul", [TensorType((m, k), "f32"), TensorType((k, 64), "f32")], {})
+    assert low.schedule["pack_a"] == 0 and low.schedule["rows"] == rows
+
+
+def test_rows_capped_for_the_l1_keep_their_tail() -> None:
+    """20 rows 4 KiB apart run as 7-row blocks (8 qualify, evened over 3 blocks), the last one a tail of
+    6, with gemm's bias fused."""
+    check_op("gemm", [arr(20, 1024), arr(1024, 40), arr(40)], **TOL)
+    _, low = lower_op("gemm", [TensorType((20, 1024), "f32"), TensorType((1024, 40), "f32"),
+                               TensorType((40,), "f32")], {})
+    assert low.schedule["rows"] == 7
 
 
 def test_constant_a_is_packed_at_load_time() -> None:

@@ -393,11 +393,44 @@ def l1_sets(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> in
     return len({(i * stride_bytes // line) % sets for i in range(count)})
 
 
+def streams_per_set(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> int:
+    """The most of `count` read streams `stride_bytes` apart that share one L1 set."""
+    per: dict[int, int] = {}
+    for i in range(count):
+        s = (i * stride_bytes // line) % sets
+        per[s] = per.get(s, 0) + 1
+    return max(per.values())
+
+
+L1_STREAMS = 8
+"""At most this many of A's row streams may share one L1 set when A is read as is. More thrash the set
+(with B's stream beside them) and PoCL on this Zen 4 (48 KiB, 12-way L1) runs at a third of its speed:
+32x1024 @ 1024x256 with 16 rows, all 4 KiB apart, 65-94 GFLOP/s, with 8 rows 166-180; 48x2048 @ 2048x256
+39-78 against 102-189 (profiling events, bench/micro_gemm_conv.py's small-M cases)."""
+
+
+def aliased(g: Gemm) -> bool:
+    """Whether the micro-kernel's row streams over A, read as is by rows, thrash an L1 set (read by
+    columns, a transposed A's rows share each line)."""
+    return streams_per_set(4 * g.k, g.rows) > L1_STREAMS
+
+
 def pack_pays(g: Gemm, trans_a: bool, a_elems: int) -> bool:
     """Whether a non-constant A is better packed into row panels by a first kernel than read as is."""
-    if a_elems <= DIRECT_A_MAX:
-        return False
+    if a_elems <= DIRECT_A_MAX:  # small: only a long product over thrashing rows repays the launch
+        return g.k > LONG_K and not trans_a and aliased(g)
     return g.k > LONG_K or l1_sets(4 * (g.m if trans_a else g.k), g.rows) <= 1
+
+
+def unaliased_rows(g: Gemm) -> int:
+    """The most rows, at most g.rows, whose streams over A read as is by rows leave every L1 set at most
+    L1_STREAMS deep (L1_STREAMS rows always qualify), evened over the blocks that many rows need (17 rows
+    as 9 + 8, not 16 + 1)."""
+    ok = [r for r in range(g.rows, 0, -1) if streams_per_set(4 * g.k, r) <= L1_STREAMS]
+    if ok[0] == g.rows:
+        return g.rows
+    even = math.ceil(g.m / math.ceil(g.m / ok[0]))
+    return even if even in ok else ok[0]
 
 
 def choose_a_mode(ctx: Ctx, g: Gemm, trans_a: bool, a_elems: int) -> tuple[str, bool]:
@@ -430,6 +463,8 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
         g.a_mode, chosen = "rows", False
     else:
         g.a_mode, chosen = choose_a_mode(ctx, g, trans_a, math.prod(a_batch) * g.m * g.k)
+    if g.a_mode == "rows" and "rows" not in ctx.schedule:
+        g.rows = unaliased_rows(g)
     if g.a_mode != "panel":
         g.a_batch_strides = aligned_strides(g.batch, a_batch, g.m * g.k)
         a_arg = "A itself"
