@@ -77,3 +77,53 @@ def rms_norm_block() -> onnx.ModelProto:
 @pytest.mark.parametrize("level", [2, 3])
 def test_reductions_with_a_prologue_lower_as_one_kernel(level: int) -> None:
     assert not unlowered(rms_norm_block(), "rms", level)
+
+
+def gated_block() -> onnx.ModelProto:
+    """silu(x @ Wg) * u @ Wd with SiLU as x * sigmoid(x), the way exporters write it: the gate's value is
+    read twice (by Sigmoid and Mul), and the product reconverges in the Mul by the gate input u (a GLU; in
+    a LLaMA MLP u is the up projection, which merge-sibling-matmuls computes beside the gate)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+
+    def weight(name: str, shape: list[int]) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, (0.2 * rng.standard_normal(shape)).ravel())
+
+    inits = [weight("wg", [32, 48]), weight("wd", [48, 32])]
+    nodes = [helper.make_node("MatMul", ["x", "wg"], ["gate"]),
+             helper.make_node("Sigmoid", ["gate"], ["sg"]),
+             helper.make_node("Mul", ["gate", "sg"], ["silu"]),
+             helper.make_node("Mul", ["silu", "u"], ["h"]),
+             helper.make_node("MatMul", ["h", "wd"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32])
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 8, 48])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32])
+    graph = helper.make_graph(nodes, "glu", [x, u], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_a_reconverging_epilogue_lowers_as_one_kernel(level: int) -> None:
+    model = gated_block()
+    assert not unlowered(model, "glu", level)
+    module = import_model(model.SerializeToString(), "glu.onnx")
+    PassManager(parse_pipeline(O_LEVELS[level])).run(module)
+    kernels = [op for op in module.funcs[0].block.ops if op.name == "kernel"]
+    assert [[o.name for o in k.regions[0].blocks[0].ops][:-1] for k in kernels] == [
+        ["matmul", "sigmoid", "mul", "mul"]
+    ]
+
+
+def test_a_reconverging_epilogue_matches_onnxruntime() -> None:
+    import numpy as np
+
+    from tests.models.test_models import assert_outputs_close, run_onnxruntime, run_tessel
+
+    model = gated_block()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 32)).astype(np.float32)
+    u = rng.standard_normal((1, 8, 48)).astype(np.float32)
+    got = run_tessel(model, [x, u], "glu.onnx", target="opencl")
+    assert_outputs_close(got, run_onnxruntime(model, {"x": x, "u": u}), rtol=1e-4, atol=1e-5)
