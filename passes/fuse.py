@@ -31,7 +31,9 @@ Greedy, producer to consumer, in program order:
    coordinate or rounding mode, any scale) whose only user is the conv joins: the conv's input repack
    reads each pixel from its source pixel through the reference's index tables, so the upsampled tensor
    is never written (a decoder's Upsample -> Conv); refused, remarked: `interpolates` (mode linear),
-   `multi-use`, `shape-change` (it resizes N or C), `dtype`.
+   `multi-use`, `shape-change` (it resizes N or C), `dtype`. Before a `conv2d`, a `mul` of its input by a
+   per-channel factor ([N or 1, C, 1, 1]: squeeze-excitation's scale) whose only user is the conv joins:
+   the conv folds the factor into its weights; refused, remarked: `multi-use`, `dtype`.
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -257,10 +259,11 @@ class _Fuser:
         unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
         shuffle = self.absorbable_shuffle(anchor) if unpack is None else []
         resize = self.absorbable_resize(anchor) if unpack is None and not shuffle else []
+        scale = self.absorbable_scale(anchor) if unpack is None and not shuffle and not resize else []
         if unpack is not None:
             ops.insert(0, unpack)
-        elif shuffle or resize:
-            ops[:0] = shuffle or resize
+        elif shuffle or resize or scale:
+            ops[:0] = shuffle or resize or scale
         elif kind == "reduction" and anchor.name not in POOL_ANCHORS:  # a pool's template reads its input
             self.prologue(anchor, 0, anchor, ops)
         v = anchor.result
@@ -442,6 +445,28 @@ class _Fuser:
             self.missed("dtype", [r, anchor], f"'resize' of {x.dtype}; {what} reads f32")
         else:
             return [r]
+        return []
+
+    def absorbable_scale(self, anchor: Op) -> list[Op]:
+        """A `mul` of a conv2d's input by a per-channel factor ([N or 1, C, 1, 1]: squeeze-excitation's
+        channel scale, as MobileNetV3, EfficientNet and RegNet-Y apply it before the block's projection)
+        whose one reader is the conv: the conv multiplies its weights by the factor as it loads them
+        (conv(x * s) is conv(x) with W[:, c] * s[c]), so the scaled activations are never written.
+        Returns [mul] or []; a channel scale the conv cannot take is remarked (`multi-use`, `dtype`)."""
+        v = anchor.operands[0]
+        m = v.op
+        if anchor.name != "conv2d" or m is None or m.name != "mul" or not self.fusible(m):
+            return []
+        if channel_factor(m) is None:
+            return []  # not a per-channel scale: an elementwise op of its own
+        what = f"the kernel of '{anchor.name}'"
+        if v.uses != [(anchor, 0)]:
+            self.missed("multi-use", [m, anchor], f"the channel scale 'mul' has {len(v.uses)} uses; {what} "
+                        "folds it into its weights only when the conv is its one reader")
+        elif v.type.dtype != "f32":
+            self.missed("dtype", [m, anchor], f"a channel scale of {v.type.dtype}; {what} scales f32 weights")
+        else:
+            return [m]
         return []
 
     def feeds_blocked_anchors(self, unpack: Op) -> bool:
@@ -901,6 +926,20 @@ def keeps_rows(reshape: Op) -> bool:
 
 def is_channel_shuffle(v: Value) -> bool:
     return channel_shuffle_ops(v) is not None
+
+
+def channel_factor(m: Op) -> tuple[Value, Value] | None:
+    """(x, s) when `m` is a mul of a rank-4 x by an s that broadcasts along H and W only ([N or 1, C, 1,
+    1], or [C, 1, 1]: one factor per image and channel), else None."""
+    y = m.result.type
+    if y.rank != 4 or not y.is_static:
+        return None
+    for x, s in (m.operands, m.operands[::-1]):
+        dims = (1,) * (4 - s.type.rank) + tuple(s.type.dims)
+        if x.type.shape == y.shape and s.type.rank <= 4 and dims[1] == y.dims[1] and dims[2:] == (1, 1) \
+                and dims[0] in (1, y.dims[0]):
+            return x, s
+    return None
 
 
 def blocked_on_channels(op: Op) -> bool:

@@ -19,7 +19,9 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
   read its A from a `layer_norm` over the last axis of an operand (maybe through a `reshape` keeping the
   last axis) that the template applies as A's rows are read; a `conv2d` may read its input through an
   NCHWc `unpack`, a channel shuffle (`reshape`, `transpose`, `reshape`; depthwise only) or a nearest
-  `resize` of H and W (its one reader), each of an operand, that its input repack applies;
+  `resize` of H and W (its one reader), each of an operand, that its input repack applies, or a `mul` of
+  two operands by a per-channel factor ([N or 1, C, 1, 1]) that it folds into its weights; the chain
+  after the anchor may read a value more than once (x * sigmoid(x)) as long as one value leaves it;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;
 - `generic`: anything else (the lowering runs its ops one kernel after another).

@@ -127,3 +127,56 @@ def test_a_reconverging_epilogue_matches_onnxruntime() -> None:
     u = rng.standard_normal((1, 8, 48)).astype(np.float32)
     got = run_tessel(model, [x, u], "glu.onnx", target="opencl")
     assert_outputs_close(got, run_onnxruntime(model, {"x": x, "u": u}), rtol=1e-4, atol=1e-5)
+
+
+def se_block(n: int, c: int, hw: int, o: int, k: int, groups: int) -> onnx.ModelProto:
+    """Squeeze-excitation before a conv: global mean, two 1x1 convs, sigmoid, then the channel scale
+    x * s ([N, C, 1, 1]) that the next conv (k x k, `groups`) reads."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, shape: list[int]) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, (0.3 * rng.standard_normal(shape)).ravel())
+
+    inits = [weight("w1", [c, c, 1, 1]), weight("f1", [4, c, 1, 1]), weight("f2", [c, 4, 1, 1]),
+             weight("wp", [o, c // groups, k, k]), weight("bp", [o])]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Conv", ["g", "f1"], ["h"]), helper.make_node("Relu", ["h"], ["hr"]),
+             helper.make_node("Conv", ["hr", "f2"], ["e"]), helper.make_node("Sigmoid", ["e"], ["s"]),
+             helper.make_node("Mul", ["r", "s"], ["m"]),
+             helper.make_node("Conv", ["m", "wp", "bp"], ["y"], pads=[k // 2] * 4, group=groups)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, o, hw, hw])
+    graph = helper.make_graph(nodes, "se", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+SE_CASES = [
+    (1, 32, 12, 16, 1, 1),  # the block's 1x1 projection
+    (2, 24, 10, 40, 1, 1),  # a factor per image; 24 input channels: a padded block
+    (2, 40, 9, 40, 3, 40),  # depthwise: the factors of a channel vector
+    (1, 20, 8, 24, 3, 1),  # 3x3 dense, a channel tail
+    (2, 48, 7, 48, 3, 3),  # grouped: each group's own channels
+]
+
+
+@pytest.mark.parametrize("case", SE_CASES, ids=[f"n{c[0]}c{c[1]}k{c[4]}g{c[5]}" for c in SE_CASES])
+def test_a_channel_scale_folds_into_the_next_conv(case: tuple[int, ...]) -> None:
+    import numpy as np
+
+    from tests.models.test_models import assert_outputs_close, run_onnxruntime, run_tessel
+
+    model = se_block(*case)
+    assert not [r for r in unlowered(model, "se", 2) if "conv2d" in r]
+    module = import_model(model.SerializeToString(), "se.onnx")
+    PassManager(parse_pipeline(O_LEVELS[2])).run(module)
+    regions = [[o.name for o in k.regions[0].blocks[0].ops] for k in module.funcs[0].block.ops
+               if k.name == "kernel"]
+    assert any(r[:2] == ["mul", "conv2d"] for r in regions), regions
+    n, c, hw = case[:3]
+    x = np.random.default_rng(1).standard_normal((n, c, hw, hw)).astype(np.float32)
+    got = run_tessel(model, [x], "se.onnx", target="opencl")
+    assert_outputs_close(got, run_onnxruntime(model, {"x": x}), rtol=1e-4, atol=1e-5)

@@ -19,7 +19,7 @@ from tessel.ir.core import Module, Op
 from tessel.ir.ops.registry import broadcast_shapes, get_op, norm_axis
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
-from tessel.passes.fuse import EPILOGUE_ANCHORS, ROW_ANCHORS, is_anchor, is_channel_shuffle
+from tessel.passes.fuse import EPILOGUE_ANCHORS, ROW_ANCHORS, channel_factor, is_anchor, is_channel_shuffle
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
 from tessel.passes.remarks import Remark
@@ -127,10 +127,14 @@ def check_contract(k: Op) -> None:
     i = ops.index(anchor)
     before, after = ops[:i], ops[i + 1 :]
     if kind == "epilogue":
-        readers = ("unpack", "reshape", "layer_norm", "resize")  # what an anchor's operand may come through
+        readers = ("unpack", "reshape", "layer_norm", "resize", "mul")  # what an anchor operand comes through
         assert all(v in body.args or (v.op is not None and v.op.name in readers) for v in anchor.operands)
-        assert [o.name for o in before] in ([], ["unpack"], ["reshape", "transpose", "reshape"], ["resize"])
-        if before:  # an NCHWc unpack, a channel shuffle before a depthwise conv, a nearest resize of H, W
+        assert [o.name for o in before] in (
+            [], ["unpack"], ["reshape", "transpose", "reshape"], ["resize"], ["mul"])
+        if before and before[0].name == "mul":  # a per-channel scale the conv folds into its weights
+            assert anchor.name == "conv2d" and anchor.operands[0] is before[0].result
+            assert channel_factor(before[0]) is not None and all(v in body.args for v in before[0].operands)
+        elif before:  # an NCHWc unpack, a channel shuffle before a depthwise conv, a nearest resize of H, W
             assert before[0].operands[0] is body.args[0] and anchor.operands[0] is before[-1].result
             assert len(before) == 1 or is_channel_shuffle(anchor.operands[0])
             if before[0].name == "resize":
@@ -148,12 +152,14 @@ def check_contract(k: Op) -> None:
     if split is not None:  # a split along the last axis ends a matmul/gemm epilogue: its pieces the yields
         assert anchor.name in ROW_ANCHORS and split.attrs["axis"] in (-1, split.operands[0].type.rank - 1)
         after = after[:-1]
+    chain = {id(prev.result)}  # the values computed from the anchor's: a chain, or a DAG that reconverges
     for o in after:
         assert o in ew or (o in norms and o.operands[0] is prev.result)
-        assert [v for v in o.operands if v is prev.result] == [prev.result], "the chain value, once"
+        assert any(id(v) in chain for v in o.operands), "each op reads the chain"
         assert o.result.type == prev.result.type, "the chain keeps its shape and element type"
         for v in o.operands:
-            assert v is prev.result or v in body.args or (v.op is not None and v.op.name == "const")
+            assert id(v) in chain or v in body.args or (v.op is not None and v.op.name == "const")
+        chain.add(id(o.result))
         prev = o
     if split is not None:
         assert split.operands[0] is prev.result and list(body.ops[-1].operands) == list(split.results)

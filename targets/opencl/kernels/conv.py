@@ -217,6 +217,14 @@ class Geometry:
         self.pads = [int(v) for v in ctx.attr("pads")]
         self.in_block = self.out_block = 0  # NCHWc blocks of in0 / out0 (0: NCHW)
         self.up: Upsample | None = None  # in0 is the source of a fused nearest resize
+        self.scale: InScale | None = None  # a fused per-channel factor of the input, folded into W
+
+    def scale_of(self, channel: str) -> str:
+        """The C expression of the fused input scale's factor for input channel `channel` (clamped: a
+        padded channel's input is zero, any factor will do)."""
+        assert self.scale is not None
+        image = f"n * {self.c} + " if self.scale.per_image else ""
+        return f"{self.scale.buf}[{image}min({channel}, {self.c - 1})]"
 
     @property
     def plane(self) -> int:
@@ -609,9 +617,13 @@ def dense_source(geo: Geometry, cb: int, width: int, th: int, tw: int, hp: int, 
                   f"wc += {step * cw}) {{"]
         ind, xk, wk = ind + "    ", "xc", "wc"
     for ci in range(step):
+        if geo.scale:  # the fused input scale's factor of this channel, folded into its weights
+            channel = f"grp * {geo.cg} + cbi * {cb} + {'ci + ' if step < cb else ''}{ci}"
+            lines.append(f"{ind}const float s{ci} = {geo.scale_of(channel)};")
         for c in range(nc):
             at = ci * nc + c
             load = f"{wk}[{at}]" if width == 1 else f"vload{width}({at}, {wk})"
+            load += f" * s{ci}" if geo.scale else ""
             lines.append(f"{ind}const {vt} w{ci}{f'_{c}' if nc > 1 else ''} = {load};")
         for i, off in enumerate(offs):
             if nc == 1:
@@ -664,8 +676,14 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
         f" + ((long){block} * {hp} + {row0}) * {wp * width} + ow0 * {geo.sw * width};",
         f"    const __global float* wp = W + ob * {taps * width};",
     ]
-    lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'};"
-              for t in range(taps)]
+    factor = ""
+    if geo.scale:  # the fused input scale's factors of this work-item's channels, folded into the weights
+        lanes = [geo.scale_of(f"oc0 + {j}") for j in range(width)]
+        value = lanes[0] if width == 1 else f"({vt})({', '.join(lanes)})"
+        lines.append(f"    const {vt} sc = {value};")
+        factor = " * sc"
+    lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'}"
+              f"{factor};" for t in range(taps)]
     accs = [f"acc{i}" for i in range(th * tw)]
     lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs)};")
     # group the (pixel, tap) pairs by the input vector they read
@@ -684,6 +702,16 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
     lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class InScale:
+    """A per-channel factor of the conv's input (a fused squeeze-excitation scale, x * s with s of
+    [N or 1, C, 1, 1]) that the kernel folds into its weights as it loads them: conv(x * s) is conv(x)
+    with W[:, c] * s[c]. `buf` names the factor's buffer; `per_image`: one factor set per image."""
+
+    buf: str
+    per_image: bool
 
 
 @dataclass(frozen=True)
@@ -794,12 +822,13 @@ def conv2d(ctx: Ctx) -> Lowered:
 
 def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
                  out_block: int = 0, channel_map: str | None = None,
-                 upsample: Upsample | None = None) -> Lowered:
+                 upsample: Upsample | None = None, in_scale: InScale | None = None) -> Lowered:
     """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
     inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op; the
     epilogue's index is then the flat index in the blocked out0. `upsample`: in0 is the input of a fused
     nearest resize (ctx.sig's operand 0 its result), read through its tables by the input repack, which
-    every conv then takes (no in-place or local-memory read)."""
+    every conv then takes (no in-place or local-memory read). `in_scale`: in0 times a per-channel factor
+    (a fused squeeze-excitation scale), folded into the weights as they are loaded."""
     check_float32("conv2d", *ctx.operands, *ctx.results)
     for b in (in_block, out_block):
         if b and b not in (2, 4, 8, 16):
@@ -807,7 +836,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     if upsample and in_block:
         raise NotLowerable("a fused resize reads an NCHW input")
     geo = Geometry(ctx)
-    geo.in_block, geo.out_block, geo.up = in_block, out_block, upsample
+    geo.in_block, geo.out_block, geo.up, geo.scale = in_block, out_block, upsample, in_scale
     has_bias = len(ctx.operands) > 2
     nc = int(ctx.schedule.get("vcols", pick_vcols(geo, pixel_cap(ctx))))
     asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))

@@ -35,7 +35,7 @@ from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from ....ir.ops.registry import Sig, get_op, norm_axis, op_sig
 from ....ir.types import TensorType
-from ....passes.fuse import ROW_ANCHORS, channel_shuffle_ops
+from ....passes.fuse import ROW_ANCHORS, channel_factor, channel_shuffle_ops
 from . import elementwise as ew
 from .base import (
     Ctx,
@@ -48,7 +48,7 @@ from .base import (
     require_static,
     template,
 )
-from .conv import Upsample, lower_conv2d
+from .conv import InScale, Upsample, lower_conv2d
 from .elementwise import offset
 from .gemm import ANorm, Tail, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
@@ -576,7 +576,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block, shuffle, norm, up = [], None, 0, None, NO_NORM, None
+    where, unpack, in_block, shuffle, norm, up, scale = [], None, 0, None, NO_NORM, None, None
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
@@ -588,6 +588,8 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
             where.append(shuffle[0])
         elif k == 0 and anchor.name == "conv2d" and (up := nearest_upsample(rg, v)) is not None:
             where.append(up[0])
+        elif k == 0 and anchor.name == "conv2d" and (scale := channel_scale(rg, v)) is not None:
+            where.append(scale[0])
         elif (
             k == 0
             and anchor.name in BLOCKED
@@ -603,7 +605,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     main = anchor.results[0]
     result = split.operands[0] if split else rg.yields[0]
     skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else [])),
-            *(id(o) for o in norm.ops), *((id(up[2]),) if up else ())}
+            *(id(o) for o in norm.ops), *((id(up[2]),) if up else ()), *((id(scale[2]),) if scale else ())}
     ops = [op for op in rg.ancestors(result) if id(op) not in skip]
     norms = [op for op in ops if op.name == "layer_norm"]
     if norms:
@@ -634,13 +636,13 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     epi = chain.call if has_chain else None
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
     fn = table[anchor.name]
-    if in_block or out_block or up:
+    if in_block or out_block or up or scale:
         import inspect
 
         if "in_block" not in inspect.signature(fn).parameters:
             raise NotLowerable(f"the {anchor.name} template takes no blocked layouts")
         low = fn(sub, epi, in_block=in_block, out_block=out_block,  # type: ignore[call-arg]
-                 **({"upsample": up[1]} if up else {}))
+                 **({"upsample": up[1]} if up else {}), **({"in_scale": scale[1]} if scale else {}))
     elif shuffle:
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     elif split:
@@ -648,12 +650,32 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     else:
         low = fn(sub, epi, **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
-    low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *norm.reads})), len(anchor.operands),
-                 extra_params=True, reads=norm.reads)
+    reads = (*norm.reads, *((scale[3],) if scale else ()))
+    low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
+                 extra_params=True, reads=reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)
-                 + len(norm.ops) + (up is not None))
+                 + len(norm.ops) + (up is not None) + (scale is not None))
     low.schedule = {**low.schedule, "fused": fused_ops}
     return low
+
+
+def channel_scale(rg: Region, v: Value) -> tuple[int, InScale, Op, int] | None:
+    """A `mul` of a kernel operand x by a per-channel factor s ([N or 1, C, 1, 1], a kernel operand:
+    squeeze-excitation's scale) computing a conv2d's input `v`: (x's operand, the template's hook, the
+    mul, s's operand); the conv folds s into its weights. None when `v` is no such product."""
+    m = rg.producer(v)
+    if m is None or m.name != "mul":
+        return None
+    found = channel_factor(m)
+    if found is None:
+        return None
+    x, s = found
+    if id(x) not in rg.arg or id(s) not in rg.arg:
+        raise NotLowerable("a channel scale before a conv multiplies two kernel operands")
+    if x.type.dtype != "f32" or s.type.dtype != "f32":
+        raise NotLowerable("a channel scale before a conv of f32 only")
+    per_image = s.type.rank == 4 and s.type.dims[0] > 1
+    return rg.arg[id(x)], InScale(f"ep{rg.arg[id(s)]}", per_image), m, rg.arg[id(s)]
 
 
 @dataclass(frozen=True)
