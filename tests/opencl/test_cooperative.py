@@ -6,6 +6,7 @@ workers join or not, and around steps that run alone (barrier kernels) or split 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -125,8 +126,9 @@ def test_the_calling_thread_alone_finishes_every_step() -> None:
 def test_back_to_back_runs_keep_the_pools_work_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """Between runs the pool's work-group spins for the next: runs in a row launch it once and give the
     pool's results; moving to the pool parks it first, and the next cooperative run launches it again.
-    (The spin is made long enough here that a host descheduled between runs, as under `make test`'s two
-    workers, cannot outlast it.)"""
+    (The spin is made long, 2^30 reads, at least 0.2 s of the worker's time, so only a host descheduled
+    between runs for longer than that, as a loaded machine under `make test`'s two workers can, sees the
+    work-group leave; the test then allows the relaunch that follows.)"""
     needs_companion()
     from tessel.targets.opencl import cooperative as coop
 
@@ -148,10 +150,18 @@ def test_back_to_back_runs_keep_the_pools_work_group(monkeypatch: pytest.MonkeyP
     x = inputs(m.funcs[0], 5)
     want = pool.run(x)
     try:
+        gaps, end = [], None
         for _ in range(12):
-            for a, b in zip(want, exe.run(x), strict=True):
+            start = time.perf_counter()
+            if end is not None:
+                gaps.append(start - end)
+            got = exe.run(x)
+            end = time.perf_counter()
+            for a, b in zip(want, got, strict=True):
                 assert a.tobytes() == b.tobytes()
-        assert len(launches) == 1
+        outlasted = sum(g > 0.1 for g in gaps)  # pauses the spin may not have covered
+        assert 1 <= len(launches) <= 1 + outlasted, (len(launches), gaps)
+        first = len(launches)
         exe.place(["pool"] * len(exe._live))
         assert runner.pending is None and runner.control[0] == -1  # parked: the pool has both cores
         for a, b in zip(want, exe.run(x), strict=True):
@@ -159,7 +169,7 @@ def test_back_to_back_runs_keep_the_pools_work_group(monkeypatch: pytest.MonkeyP
         exe.place(["cooperative"] * len(exe._live))
         for a, b in zip(want, exe.run(x), strict=True):
             assert a.tobytes() == b.tobytes()
-        assert len(launches) == 2
+        assert len(launches) == first + 1
     finally:
         runner.park()
 
