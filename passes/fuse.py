@@ -81,10 +81,11 @@ CHEAP_FLOPS = 4
 """A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
 CHEAP_EPILOGUE_ANCHORS = frozenset({"conv2d"})
 """Anchors whose epilogue takes a multi-use (reconverging) elementwise DAG only of ops under CHEAP_FLOPS
-per element: a conv's template applies its epilogue once per stored vector, unrolled beside a tile of
-live accumulators, and on PoCL's CPU device a SiLU there (x * sigmoid(x)) cost more than its own kernel:
-efficientnet_b0 took 8.4 ms of kernel time with its 48 SiLUs in conv epilogues, 6.2 with them apart; a
-1x1 conv to [1, 96, 96, 96] + SiLU 3.3 ms against 1.0 + 0.2."""
+per element, unless their output map is one pixel (squeeze-excitation's FCs on pooled features): a conv's
+template applies its epilogue once per stored vector, unrolled beside a tile of live accumulators, and
+on PoCL's CPU device a SiLU there (x * sigmoid(x)) cost more than its own kernel: efficientnet_b0 took
+8.4 ms of kernel time with its 48 SiLUs in conv epilogues, 6.2 with them apart; a 1x1 conv to
+[1, 96, 96, 96] + SiLU 3.3 ms against 1.0 + 0.2."""
 
 
 def is_anchor(op: Op) -> bool:
@@ -543,7 +544,7 @@ class _Fuser:
             users = v.users
             dag = self.reconverging(v, anchor, ops) if len(v.uses) > 1 else None
             dear = [o for o in dag or () if self.cost(o).flops >= CHEAP_FLOPS * o.result.type.numel]
-            if dag and anchor.name in CHEAP_EPILOGUE_ANCHORS and dear:
+            if dag and anchor.name in CHEAP_EPILOGUE_ANCHORS and dear and map_pixels(anchor) > 1:
                 many = len(dear) > 1
                 self.missed("epilogue-cost", [*dag, last], f"{quoted(dear)} cost{'' if many else 's'} "
                             f"{self.flops_text(dear[0])}; "
@@ -926,6 +927,12 @@ def keeps_rows(reshape: Op) -> bool:
 
 def is_channel_shuffle(v: Value) -> bool:
     return channel_shuffle_ops(v) is not None
+
+
+def map_pixels(conv: Op) -> int:
+    """Output pixels per channel of a conv2d (1: an FC on pooled features, squeeze-excitation's)."""
+    y = conv.result.type
+    return y.dims[2] * y.dims[3] if y.is_static and y.rank == 4 else 0
 
 
 def channel_factor(m: Op) -> tuple[Value, Value] | None:
