@@ -458,8 +458,10 @@ class _Fuser:
         m = v.op
         if anchor.name != "conv2d" or m is None or m.name != "mul" or not self.fusible(m):
             return []
-        if channel_factor(m) is None:
-            return []  # not a per-channel scale: an elementwise op of its own
+        found = channel_factor(m)
+        if found is None or is_literal(found[1]):
+            return []  # not a per-channel scale, or a literal one (an input normalization's 1 / std,
+            # which joins the elementwise ops before it; the kernel reads a factor as an operand)
         what = f"the kernel of '{anchor.name}'"
         if v.uses != [(anchor, 0)]:
             self.missed("multi-use", [m, anchor], f"the channel scale 'mul' has {len(v.uses)} uses; {what} "
