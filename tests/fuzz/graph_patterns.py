@@ -4,6 +4,8 @@ operand orders, shapes that do not fit).
 
 - cnn_block: conv (16/32 channels, for NCHW16c layout propagation) -> [batch-norm | per-channel scale and
   shift] -> activation -> [residual add] -> [pool], with a padding `Pad` in front now and then (fold-pad);
+- squeeze_excite: global mean -> 1x1 conv -> activation -> 1x1 conv -> (hard) sigmoid -> channel scale,
+  mostly read by a conv (fuse's channel scale folded into the conv's weights, and its refusals);
 - layernorm: the expanded LayerNorm (recognize-layernorm) or the LayerNormalization op;
 - gelu: the erf or tanh expansion (recognize-gelu) or the Gelu op;
 - softmax_parts: exp(x - max) / sum (recognize-softmax);
@@ -114,6 +116,41 @@ def cnn_block(b: GraphBuilder) -> Val | None:
             attrs["pads"], attrs["count_include_pad"] = [0, 0, 1, 1], b.choice([0, 1])
         out = infer_shape(op, [(y.name, y.shape, None)], b.opset, **attrs)
         y = b.node(op, [y.name], out, y.scale, **attrs)
+    return y
+
+
+def squeeze_excite(b: GraphBuilder) -> Val | None:
+    """x * gate(x): a global mean, a 1x1 conv down, an activation (SiLU now and then), a 1x1 conv up, a
+    sigmoid or hard sigmoid, and the channel scale, often read by a conv (dense, depthwise or grouped),
+    sometimes by a second reader too (fuse's channel scale and its refusals)."""
+    x = image(b)
+    if x is None or x.rank != 4:
+        return None
+    x = b.tame(x, 100.0)
+    n, c = x.shape[:2]
+    r = max(1, c // b.choice([2, 4]))
+    if b.chance(50):
+        g = b.node("GlobalAveragePool", [x.name], (n, c, 1, 1), x.scale)
+    else:
+        g = reduce_node(b, "ReduceMean", x, [2, 3], 1, noop_ok=False)
+    down = b.node("Conv", [g.name, b.weight((r, c, 1, 1), 1 / math.sqrt(c)).name, b.weight((r,), 0.5).name],
+                  (n, r, 1, 1), g.scale + 0.5)
+    down = activation(b, down)
+    up = b.node("Conv", [down.name, b.weight((c, r, 1, 1), 1 / math.sqrt(r)).name], (n, c, 1, 1),
+                down.scale + 0.5)
+    gate = b.node("Sigmoid" if b.chance(60) else "HardSigmoid", [up.name], (n, c, 1, 1), 1.0)
+    y = b.node("Mul", [x.name, gate.name] if b.chance(70) else [gate.name, x.name], x.shape, x.scale)
+    if b.chance(70):  # the block's projection reads the scaled value
+        k, groups = b.choice([(1, 1), (3, 1), (3, c)] + ([(1, 2)] if c % 2 == 0 else []))
+        m = c if groups == c else b.choice([8, 16, c])
+        if m % groups:
+            m = c
+        w = b.weight((m, c // groups, k, k), 1 / math.sqrt(c // groups * k * k))
+        out = b.node("Conv", [y.name, w.name], (n, m, *x.shape[2:]), x.scale * math.sqrt(c) + 0.5,
+                     pads=[k // 2] * 4, group=groups if groups > 1 else None)
+        if b.chance(20):  # a second reader of the scaled value: the scale stays a kernel of its own
+            return b.node("Add", [y.name, y.name], x.shape, 2 * x.scale)
+        return out
     return y
 
 
@@ -320,6 +357,7 @@ def _fits(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 
 
 PATTERNS: list[tuple[str, Gen]] = [
-    ("cnn_block", cnn_block), ("layernorm", layernorm), ("gelu", gelu), ("softmax_parts", softmax_parts),
+    ("cnn_block", cnn_block), ("squeeze_excite", squeeze_excite), ("layernorm", layernorm), ("gelu", gelu),
+    ("softmax_parts", softmax_parts),
     ("attention", attention), ("mlp", mlp), ("transposes", transposes), ("broadcasts", broadcasts),
 ]
