@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from ..ir.attributes import DenseAttr
 from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
@@ -639,7 +640,7 @@ class _Fuser:
         values = [v]  # v and the members' results
         mine = {id(v)}
         assert v.op is not None
-        for op in self.block.ops[self.pos[id(v.op)] + 1:]:
+        for op in islice(self.block.ops, self.pos[id(v.op)] + 1, None):
             if not any(id(x) in mine for x in op.operands):
                 continue
             if (

@@ -29,6 +29,7 @@ written.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -388,18 +389,19 @@ half its speed to `rows` read streams that thrash one L1 set or outrun the prefe
 280 GFLOP/s), while unaliased shapes gain from skipping the copy (3136x576 @ 576x64: 283 vs 114)."""
 
 
-def l1_sets(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> int:
-    """How many L1 sets (64-byte lines, a 4 KiB way) `count` accesses `stride_bytes` apart fall in."""
-    return len({(i * stride_bytes // line) % sets for i in range(count)})
+def set_loads(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> Counter[int]:
+    """How many of `count` accesses `stride_bytes` apart fall in each L1 set (64-byte lines, a 4 KiB way)."""
+    return Counter((i * stride_bytes // line) % sets for i in range(count))
 
 
-def streams_per_set(stride_bytes: int, count: int, line: int = 64, sets: int = 64) -> int:
+def l1_sets(stride_bytes: int, count: int) -> int:
+    """How many L1 sets `count` accesses `stride_bytes` apart fall in."""
+    return len(set_loads(stride_bytes, count))
+
+
+def streams_per_set(stride_bytes: int, count: int) -> int:
     """The most of `count` read streams `stride_bytes` apart that share one L1 set."""
-    per: dict[int, int] = {}
-    for i in range(count):
-        s = (i * stride_bytes // line) % sets
-        per[s] = per.get(s, 0) + 1
-    return max(per.values())
+    return max(set_loads(stride_bytes, count).values())
 
 
 L1_STREAMS = 8
