@@ -2,6 +2,11 @@
 epilogue), each becoming one device kernel, with a remark for every decision and refusal.
 
 Greedy, producer to consumer, in program order:
+0. gates: a global pool over H and W (reduce_mean / reduce_max over [2, 3] keeping dims, global_avg_pool,
+   global_max_pool) whose one reader is an FC on its features (`pixel_fc`: conv2d 1x1 of one pixel), with
+   that FC's elementwise chain and the FCs and chains after it, is one `gate` region: squeeze-excitation
+   as one kernel per image. Refused, remarked: `would-serialize` (a pool of over `gate-max-pool` elements
+   per image, which one core would read), `dtype` (not f32), `too-large`.
 1. anchors: each `conv2d`, `matmul`, `gemm` (kind `epilogue`) and each `softmax`, `log_softmax`,
    `layer_norm`, `batch_norm`, `reduce_*`, `global_avg_pool`, `max_pool2d`, `avg_pool2d` (kind
    `reduction`) takes, as the fused-region contract of ir/ops/kernel.py and the OpenCL `kernel` template
@@ -52,7 +57,7 @@ reduction's result back, or a prologue op whose shape differs from the reduction
 element type of a contraction's or reduction's result), `too-large` (over `max-ops` ops or `max-args`
 operands), `not-elementwise` (a consumer no template fuses), `interpolates` (a linear resize before a
 conv), `epilogue-cost` (a reconverging chain after a conv2d with an op of CHEAP_FLOPS or more per
-element); and `no-partner` for each elementwise op
+element), `would-serialize` (a gate's pool over `gate-max-pool`); and `no-partner` for each elementwise op
 left on its own that no other remark names, so `--remarks-missed` explains every unfused elementwise op.
 Ops computed from constants only are left alone (they run once, at load time).
 """
@@ -79,6 +84,12 @@ POOL_ANCHORS = frozenset({"max_pool2d", "avg_pool2d", "global_avg_pool"})
 BLOCKED_ANCHORS = frozenset({"conv2d", *POOL_ANCHORS})
 """Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
 CHEAP_FLOPS = 4
+GATE_POOLS = frozenset({"reduce_mean", "reduce_max", "global_avg_pool", "global_max_pool"})
+GATE_MAX_CHANNELS = 4096
+"""The widest feature vector a gate kernel keeps (per work-item, in private memory on a CPU)."""
+GATE_MAX_POOL = 1 << 16
+"""Elements per image a gate's pool may read: the gate kernel runs one work-group per image, so on a CPU
+one core reads the whole pool where the pool's own kernel splits it over the cores."""
 """A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
 CHEAP_EPILOGUE_ANCHORS = frozenset({"conv2d"})
 """Anchors whose epilogue takes a multi-use (reconverging) elementwise DAG only of ops under CHEAP_FLOPS
@@ -131,6 +142,7 @@ class Fuse(Pass):
     max_args: int = 8
     recompute: bool = False
     norm_prologue_max_n: int = 16
+    gate_max_pool: int = GATE_MAX_POOL
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:
@@ -235,6 +247,11 @@ class _Fuser:
     # driver ---------------------------------------------------------------------------------------
     def run(self) -> None:
         for op in list(self.block.ops):
+            if op.parent is self.block and global_pool(op) and self.fusible(op):
+                gate = self.gate(op)
+                if gate:
+                    self.form(gate, "gate", op)
+        for op in list(self.block.ops):
             if op.parent is self.block and is_anchor(op) and self.fusible(op):
                 self.anchor_region(op)
         self.elementwise_regions()
@@ -284,6 +301,64 @@ class _Fuser:
             self.row_tail(anchor, ops)
         if len(ops) > 1:
             self.form(ops, kind, anchor)
+
+    def gate(self, pool: Op) -> list[Op]:
+        """[pool, fc, chain..., fc, chain...]: a global pool over H and W followed by FCs on the pooled
+        features (conv2d 1x1 on one pixel, as squeeze-excitation's reduce and expand), each with the
+        elementwise chain on its result (ReLU, SiLU, a sigmoid or hard sigmoid); one kernel computes them per
+        image. Refused, remarked: `dtype` (not f32), `too-large` (over max-ops, max-args or GATE_MAX_CHANNELS
+        features), `would-serialize` (a pool of more than `gate-max-pool` elements per image)."""
+        ops, v = [pool], pool.result
+        while len(v.uses) == 1 and pixel_fc(*v.uses[0]) and self.fusible(v.users[0]):
+            ops.append(v.users[0])
+            v = self.gate_chain(ops)
+        fcs = [o for o in ops if o.name == "conv2d"]
+        if not fcs:
+            return []
+        x = pool.operands[0].type
+        widest = max(x.dims[1], *(fc.result.type.dims[1] for fc in fcs))
+        per_image = x.numel // x.dims[0]
+        what = f"{quoted(ops)} stay apart: one kernel per image would compute them"
+        if any(o.result.type.dtype != "f32" for o in ops) or x.dtype != "f32":
+            self.missed("dtype", ops, f"{what} in f32 only")
+        elif (problem := self.too_large(ops, pool)) is not None:
+            self.missed("too-large", ops, f"{what}, but {problem}")
+        elif widest > GATE_MAX_CHANNELS:
+            self.missed("too-large", ops,
+                        f"{what} in arrays of {widest} features (at most {GATE_MAX_CHANNELS})")
+        elif per_image > self.p.gate_max_pool:
+            self.missed("would-serialize", ops,
+                        f"{what}, but its pool of {per_image} elements per image would run on one core, "
+                        f"which costs more than the launches it saves (gate-max-pool={self.p.gate_max_pool})")
+        else:
+            return ops
+        return []
+
+    def gate_chain(self, ops: list[Op]) -> Value:
+        """Extend `ops` with the elementwise ops on the result of its last FC (each of that shape and dtype;
+        a value read several times over only where those reads meet again: x * sigmoid(x)) and return the
+        chain's last value. No remark: what stops the chain is the next FC, or what reads the gate."""
+        fc = ops[-1]
+        v = fc.result
+        while True:
+            dag = self.reconverging(v, fc, ops) if len(v.uses) > 1 else None
+            if dag:
+                ops += dag
+                v = dag[-1].result
+                continue
+            if len(v.uses) != 1:
+                return v
+            u = v.users[0]
+            if (
+                not is_elementwise(u)
+                or not self.fusible(u)
+                or u.result.type.shape != v.type.shape
+                or u.result.type.dtype != v.type.dtype
+                or len(ops) >= self.p.max_ops
+            ):
+                return v
+            ops.append(u)
+            v = u.result
 
     def normalized_by_reader(self, ln: Op, remark: bool = True) -> bool:
         """Whether `ln`'s only reader is a matmul or gemm, as its A, that normalizes A's rows as it reads
@@ -835,6 +910,8 @@ class _Fuser:
     @staticmethod
     def fused_message(ops: list[Op], kind: str, anchor: Op | None, saved: int, yields: list[Value]) -> str:
         tail = f" (saves {saved} bytes)"
+        if kind == "gate":
+            return f"fused {quoted(ops)} into one kernel per image (a pool and FCs on its features){tail}"
         if anchor is None:
             extra = f", yielding {len(yields)} results" if len(yields) > 1 else ""
             return f"fused {quoted(ops)} into one elementwise kernel{extra}{tail}"
@@ -950,6 +1027,32 @@ def channel_factor(m: Op) -> tuple[Value, Value] | None:
                 and dims[0] in (1, y.dims[0]):
             return x, s
     return None
+
+
+def global_pool(op: Op) -> bool:
+    """A mean or max of a static rank-4 NCHW tensor over H and W to [N, C, 1, 1]."""
+    if op.name not in GATE_POOLS or len(op.results) != 1:
+        return False
+    x, y = op.operands[0].type, op.result.type
+    if x.rank != 4 or not x.is_static or y.rank != 4 or not y.is_static or y.dims[2:] != (1, 1):
+        return False
+    if not op.name.startswith("reduce_"):
+        return True
+    axes = {int(a) % 4 for a in op.attrs.get("axes", [])}  # type: ignore[union-attr]
+    return axes == {2, 3} and bool(op.attrs.get("keepdims", True))
+
+
+def pixel_fc(op: Op, index: int) -> bool:
+    """Whether `op` reads operand `index` as an FC layer on pooled features: a conv2d of a one-pixel map
+    with a 1x1 kernel, one group and no padding (its output is one pixel too)."""
+    if op.name != "conv2d" or index != 0 or len(op.operands) < 2:
+        return False
+    x, w = op.operands[0].type, op.operands[1].type
+    return (
+        x.rank == 4 and x.is_static and x.dims[2:] == (1, 1) and w.rank == 4 and w.is_static
+        and w.dims[2:] == (1, 1) and op.attrs.get("groups", 1) == 1
+        and not any(op.attrs.get("pads", [])) and map_pixels(op) == 1
+    )
 
 
 def blocked_on_channels(op: Op) -> bool:

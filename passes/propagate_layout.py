@@ -6,7 +6,9 @@ at most a couple of layout changes.
    with only one side's channels a multiple (the 3-channel stem) gets that side; one with neither is
    refused (`channels-not-multiple`), as are dynamic shapes and other element types. A grouped conv takes
    a side only when its groups' channels are whole blocks (`group-not-multiple`); a side a conv refused
-   is no anchor there (the cleanup folds the pairs around it).
+   is no anchor there (the cleanup folds the pairs around it). A conv whose input and output maps are
+   one pixel (an FC on pooled features: squeeze-excitation's) is refused (`one-pixel`): its channels are
+   contiguous already, and padded blocks would only split its chain from the FC after it.
 2. Propagation, by greedy patterns: `pack(unpack(a))` -> `a`; an `unpack` sinks through elementwise ops
    whose other operands are unpacks of the same layout or constants (a splat or all-ones shape stays; a
    per-channel [1, C, 1, 1] / [C, 1, 1], a per-pixel [1, 1, H, W] or a full constant is converted, its
@@ -22,6 +24,7 @@ at most a couple of layout changes.
 What is left are layout changes at anchors (fused into their kernels) and the boundaries the layout could
 not cross: each is a missed remark (`not-layout-agnostic`: an op such as batch_norm, lrn or reshape;
 `layout-mismatch`: an elementwise op with an NCHW operand, a function result; `channels-not-multiple`;
+`one-pixel`;
 `padding-channels`: an elementwise op outside ZERO_SAFE on a padded block).
 
 Padded blocks: channels that are no multiple of the block but fill at least half of one and pad by at most
@@ -279,6 +282,11 @@ class PropagateLayout(Pass):
         if x.rank != 4 or x.dtype != "f32":
             self.stat("num-refused")
             ctx.remark_missed("layout", "unsupported-type", [conv], f"conv2d on {x}: 4-D f32 only")
+            return
+        if x.dims[2:] == (1, 1) and y.dims[2:] == (1, 1):
+            self.stat("num-refused")
+            ctx.remark_missed("layout", "one-pixel", [conv], f"conv2d on a one-pixel map {x} (an FC on "
+                              "pooled features): its channels are contiguous in NCHW already")
             return
         c_in, c_out = x.dims[1], y.dims[1]
         side_in, side_out = lay.takes(c_in), lay.takes(c_out)

@@ -24,6 +24,10 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
   after the anchor may read a value more than once (x * sigmoid(x)) as long as one value leaves it;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;
+- `gate`: a global pool over H and W (`reduce_mean` or `reduce_max` over [2, 3] keeping dims,
+  `global_avg_pool`, `global_max_pool`) and the FCs on its features that follow it (`conv2d` 1x1 of one
+  pixel, one group, no padding), each with an elementwise chain on its result: squeeze-excitation's gate,
+  computed per image;
 - `generic`: anything else (the lowering runs its ops one kernel after another).
 Its reference semantics are its body's: the numpy target runs the region.
 """
@@ -35,7 +39,7 @@ import numpy as np
 from ..types import TensorType
 from .registry import Cost, OpDef, Sig, attr, register
 
-KINDS = ("elementwise", "epilogue", "reduction", "generic")
+KINDS = ("elementwise", "epilogue", "reduction", "gate", "generic")
 
 
 def _reference(sig: Sig, *args: np.ndarray) -> list[np.ndarray]:
@@ -62,6 +66,6 @@ register(OpDef(
     traits=frozenset({"pure", "region-body"}),
     cost=_cost,
     doc="A region of graph ops that becomes one device kernel (made by `fuse`). The region's block "
-    "arguments are the operands; its `yield` gives the results. `kind`: elementwise, epilogue, reduction "
-    "or generic.",
+    "arguments are the operands; its `yield` gives the results. `kind`: elementwise, epilogue, reduction, "
+    "gate or generic.",
 ))

@@ -19,7 +19,15 @@ from tessel.ir.core import Module, Op
 from tessel.ir.ops.registry import broadcast_shapes, get_op, norm_axis
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
-from tessel.passes.fuse import EPILOGUE_ANCHORS, ROW_ANCHORS, channel_factor, is_anchor, is_channel_shuffle
+from tessel.passes.fuse import (
+    EPILOGUE_ANCHORS,
+    ROW_ANCHORS,
+    channel_factor,
+    global_pool,
+    is_anchor,
+    is_channel_shuffle,
+    pixel_fc,
+)
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
 from tessel.passes.remarks import Remark
@@ -103,6 +111,19 @@ def check_contract(k: Op) -> None:
             assert o.result.type.shape == shape
             for v in o.operands:
                 assert broadcast_shapes(v.type.shape, shape) == shape
+        return
+    if kind == "gate":  # a global pool, then FCs on its features, each with a chain on its result
+        assert global_pool(ops[0]) and ops[0].operands[0] in body.args and ops[1].name == "conv2d"
+        last = fc = ops[0]
+        for o in ops[1:]:
+            if o.name == "conv2d":  # reads the end of the chain before it
+                assert pixel_fc(o, 0) and o.operands[0] is last.result
+                assert all(v in body.args for v in o.operands[1:])
+                fc = o
+            else:  # of its FC's shape and type, reading the chain, args or literals
+                assert o in ew and o.result.type == fc.result.type
+            last = o
+        assert list(body.ops[-1].operands) == [last.result]
         return
     if kind == "epilogue" and ops[0].name == "layer_norm":  # the norm of a matmul's or gemm's A
         ln, reads = ops[0], ops[1]

@@ -17,6 +17,7 @@
   `KERNEL_pro<w>` on every element read, `KERNEL_epi<w>` on every element written); reduce_* through
   `reduce_kernels` with an epilogue; the pools (max/avg 2-D and global) like a conv: `lower_pool` with the
   epilogue helper and their `unpack` / `pack` as blocked layouts.
+- gate regions (a global pool and FCs on its features): gate.py, one work-group per image.
 
 Anything else raises NotLowerable, and the lowering runs the region's ops one launch each.
 """
@@ -925,4 +926,8 @@ def fused(ctx: Ctx) -> Lowered:
         return lower_epilogue(ctx, rg)
     if kind == "reduction":
         return lower_reduction(ctx, rg)
+    if kind == "gate":
+        from .gate import lower_gate  # gate.py builds on this module's chains
+
+        return lower_gate(ctx, rg)
     raise NotLowerable(f"a '{kind}' region runs op by op")
