@@ -120,7 +120,7 @@ def cnn_block(b: GraphBuilder) -> Val | None:
 
 
 def squeeze_excite(b: GraphBuilder) -> Val | None:
-    """x * gate(x): a global mean, a 1x1 conv down, an activation (SiLU now and then), a 1x1 conv up, a
+    """x * gate(x): a global mean (or max: fuse's gate kernel), a 1x1 conv down, an activation (SiLU now and then), a 1x1 conv up, a
     sigmoid or hard sigmoid, and the channel scale, often read by a conv (dense, depthwise or grouped),
     sometimes by a second reader too (fuse's channel scale and its refusals)."""
     x = image(b)
@@ -129,7 +129,9 @@ def squeeze_excite(b: GraphBuilder) -> Val | None:
     x = b.tame(x, 100.0)
     n, c = x.shape[:2]
     r = max(1, c // b.choice([2, 4]))
-    if b.chance(50):
+    if b.chance(15):  # fuse's gate takes a max pool too
+        g = b.node("GlobalMaxPool", [x.name], (n, c, 1, 1), x.scale)
+    elif b.chance(50):
         g = b.node("GlobalAveragePool", [x.name], (n, c, 1, 1), x.scale)
     else:
         g = reduce_node(b, "ReduceMean", x, [2, 3], 1, noop_ok=False)
