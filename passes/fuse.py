@@ -38,7 +38,15 @@ Greedy, producer to consumer, in program order:
    is never written (a decoder's Upsample -> Conv); refused, remarked: `interpolates` (mode linear),
    `multi-use`, `shape-change` (it resizes N or C), `dtype`. Before a `conv2d`, a `mul` of its input by a
    per-channel factor ([N or 1, C, 1, 1]: squeeze-excitation's scale) whose only user is the conv joins:
-   the conv folds the factor into its weights; refused, remarked: `multi-use`, `dtype`.
+   the conv folds the factor into its weights; refused, remarked: `multi-use`, `dtype`. Before a
+   depthwise `conv2d` reading 16-channel blocks, an inverted residual's expansion (`expansion`: a 1x1
+   conv2d, its NCHW16c pack, the elementwise chain on literals after it, the unpack the depthwise conv
+   reads, and the 1x1 conv's own input unpack when that is its only reader) joins: the depthwise kernel
+   computes each expanded pixel as it fills its local memory, so the expanded tensor is never written;
+   the 1x1 conv then forms no region of its own. Only for windows up to `expand-max-window` taps
+   (3x3): with 5x5 windows the fused kernel ran slower than the two (mobilenet_v3_small 3% slower);
+   refused, remarked: `prologue-cost`, `multi-use` (the expanded value has another reader),
+   `too-large`.
 2. the elementwise ops left form `elementwise` regions: a producer and its consumer of the same shape
    share a region; a value used outside its region is yielded (several results rather than
    recomputation), unless that would make a cycle through an outside op (then a producer whose only
@@ -57,7 +65,8 @@ reduction's result back, or a prologue op whose shape differs from the reduction
 element type of a contraction's or reduction's result), `too-large` (over `max-ops` ops or `max-args`
 operands), `not-elementwise` (a consumer no template fuses), `interpolates` (a linear resize before a
 conv), `epilogue-cost` (a reconverging chain after a conv2d with an op of CHEAP_FLOPS or more per
-element), `would-serialize` (a gate's pool over `gate-max-pool`); and `no-partner` for each elementwise op
+element), `would-serialize` (a gate's pool over `gate-max-pool`), `prologue-cost` (an expansion before a
+depthwise conv of more than `expand-max-window` taps); and `no-partner` for each elementwise op
 left on its own that no other remark names, so `--remarks-missed` explains every unfused elementwise op.
 Ops computed from constants only are left alone (they run once, at load time).
 """
@@ -143,6 +152,7 @@ class Fuse(Pass):
     recompute: bool = False
     norm_prologue_max_n: int = 16
     gate_max_pool: int = GATE_MAX_POOL
+    expand_max_window: int = 9
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:
@@ -253,6 +263,8 @@ class _Fuser:
                     self.form(gate, "gate", op)
         for op in list(self.block.ops):
             if op.parent is self.block and is_anchor(op) and self.fusible(op):
+                if self.expanded_by(op) is not None:
+                    continue  # the depthwise conv reading its result takes it in
                 self.anchor_region(op)
         self.elementwise_regions()
         for op in self.block.ops:
@@ -275,11 +287,15 @@ class _Fuser:
                                 f"'{anchor.name}': {problem}")
                 else:
                     ops[:0] = pro
-        unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS else None
-        shuffle = self.absorbable_shuffle(anchor) if unpack is None else []
-        resize = self.absorbable_resize(anchor) if unpack is None and not shuffle else []
-        scale = self.absorbable_scale(anchor) if unpack is None and not shuffle and not resize else []
-        if unpack is not None:
+        expansion = self.expansion(anchor, remark=False)
+        unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS and not expansion else None
+        shuffle = self.absorbable_shuffle(anchor) if unpack is None and not expansion else []
+        resize = self.absorbable_resize(anchor) if unpack is None and not shuffle and not expansion else []
+        plain = unpack is None and not shuffle and not resize and not expansion
+        scale = self.absorbable_scale(anchor) if plain else []
+        if expansion:
+            ops[:0] = expansion
+        elif unpack is not None:
             ops.insert(0, unpack)
         elif shuffle or resize or scale:
             ops[:0] = shuffle or resize or scale
@@ -522,6 +538,89 @@ class _Fuser:
             self.missed("dtype", [r, anchor], f"'resize' of {x.dtype}; {what} reads f32")
         else:
             return [r]
+        return []
+
+    def expanded_by(self, conv: Op) -> Op | None:
+        """The depthwise conv2d whose kernel computes `conv`'s result as its input (`expansion`), if any."""
+        v = conv.result
+        if conv.name != "conv2d" or len(v.uses) != 1 or v.users[0].name != "pack":
+            return None
+        seen, todo = {id(v.users[0])}, [v.users[0]]
+        while todo:  # the pack's chain, to the unpack a conv reads
+            for u in todo.pop().result.users:
+                if u.name == "unpack" and len(u.result.uses) == 1 and u.result.users[0].name == "conv2d":
+                    dw = u.result.users[0]
+                    found = self.expansion(dw, remark=True)  # seen here first: its refusal is remarked
+                    return dw if found and conv in found else None
+                if is_elementwise(u) and id(u) not in seen and len(seen) <= self.p.max_ops:
+                    seen.add(id(u))
+                    todo.append(u)
+        return None
+
+    def expansion(self, dw: Op, remark: bool) -> list[Op]:
+        """[unpack?, conv 1x1, pack, chain..., unpack]: an inverted residual's expansion computing a
+        depthwise conv2d's input in 16-channel blocks (the 1x1 conv, its pack and the elementwise chain on
+        literals after it, ReLU6, hard swish, SiLU, each value read only inside), which the depthwise
+        conv's kernel computes as it fills its local memory: the expanded tensor is never written. The 1x1
+        conv's input joins through its NCHWc unpack when that is its only reader. Refused, remarked when
+        `remark`: `multi-use` (the expanded value is read elsewhere too), `too-large`."""
+        x = dw.operands[0].type if dw.name == "conv2d" else None
+        u = dw.operands[0].op
+        if (
+            x is None or x.rank != 4 or not x.is_static or dw.attrs.get("groups", 1) != x.dims[1]
+            or dw.operands[1].type.dims[:2] != (x.dims[1], 1) or u is None or u.name != "unpack"
+            or not blocked_on_channels(u) or u.attrs.get("inner_tiles") != [16] or not self.fusible(u)
+            or dw.operands[0].uses != [(dw, 0)] or x.dims[1] % 16 or x.dtype != "f32"
+        ):
+            return []
+        chain: list[Op] = []
+        todo = [u.operands[0]]
+        while todo:  # back through elementwise ops to the pack
+            p = todo.pop().op
+            if p is None or p in chain:
+                continue
+            if p.name == "pack":
+                continue
+            if not is_elementwise(p) or not self.fusible(p) or len(chain) >= self.p.max_ops:
+                return []
+            if any(is_literal(v) and not v.op.attrs["value"].is_splat for v in p.operands):  # type: ignore
+                return []  # the kernel evaluates the chain on 16 channels at once, with splats only
+            chain.append(p)
+            todo += [v for v in p.operands if not is_literal(v)]
+        pk = next((v.op for o in [u, *chain] for v in o.operands if v.op is not None and v.op.name == "pack"),
+                  None)
+        conv = pk.operands[0].op if pk is not None else None
+        if (
+            pk is None or conv is None or conv.name != "conv2d" or not self.fusible(conv)
+            or not self.fusible(pk) or pk.attrs.get("inner_tiles") != [16] or not blocked_on_channels(pk)
+            or conv.result.uses != [(pk, 0)] or conv.operands[1].type.dims[2:] != (1, 1)
+            or conv.attrs.get("groups", 1) != 1 or any(conv.attrs.get("pads", []))  # type: ignore[arg-type]
+            or any(int(s) != 1 for s in conv.attrs.get("strides", [1, 1]))  # type: ignore[union-attr]
+            or any(o.result.type != pk.result.type for o in chain)
+        ):
+            return []
+        chain.sort(key=lambda o: self.pos[id(o)])
+        inside = {id(o) for o in (pk, *chain, u)}
+        outside = [o for o in (pk, *chain) for r in o.result.users if id(r) not in inside]
+        ops = [conv, pk, *chain, u]
+        xu = conv.operands[0].op
+        if (xu is not None and xu.name == "unpack" and blocked_on_channels(xu) and self.fusible(xu)
+                and conv.operands[0].uses == [(conv, 0)]):
+            ops.insert(0, xu)
+        what = "the kernel of the depthwise 'conv2d' cannot compute its input from the 1x1 'conv2d' before it"
+        missed = self.missed if remark else lambda *_: None
+        window = dw.operands[1].type.dims[2] * dw.operands[1].type.dims[3]
+        if window > self.p.expand_max_window:
+            missed("prologue-cost", [conv, dw],
+                   f"the depthwise 'conv2d' has a {window}-tap window; its kernel computing the expansion as "
+                   f"well ran slower than the two kernels (expand-max-window={self.p.expand_max_window})")
+        elif outside:
+            missed("multi-use", [conv, *outside, dw],
+                   f"the expanded value of {quoted(outside[:1])} is read elsewhere too; {what}")
+        elif (problem := self.too_large([*ops, dw], dw)) is not None:
+            missed("too-large", [conv, dw], f"{what}: {problem}")
+        else:
+            return ops
         return []
 
     def absorbable_scale(self, anchor: Op) -> list[Op]:
@@ -1051,7 +1150,8 @@ def pixel_fc(op: Op, index: int) -> bool:
     return (
         x.rank == 4 and x.is_static and x.dims[2:] == (1, 1) and w.rank == 4 and w.is_static
         and w.dims[2:] == (1, 1) and op.attrs.get("groups", 1) == 1
-        and not any(op.attrs.get("pads", [])) and map_pixels(op) == 1
+        and not any(op.attrs.get("pads", []))  # type: ignore[arg-type]
+        and map_pixels(op) == 1
     )
 
 

@@ -20,7 +20,10 @@ gives the results. Small literal constants (`dense<...>`) may live inside; weigh
   last axis) that the template applies as A's rows are read; a `conv2d` may read its input through an
   NCHWc `unpack`, a channel shuffle (`reshape`, `transpose`, `reshape`; depthwise only) or a nearest
   `resize` of H and W (its one reader), each of an operand, that its input repack applies, or a `mul` of
-  two operands by a per-channel factor ([N or 1, C, 1, 1]) that it folds into its weights; the chain
+  two operands by a per-channel factor ([N or 1, C, 1, 1]) that it folds into its weights, or (a
+  depthwise conv2d on 16-channel blocks) through the `unpack` of an expansion: a 1x1 `conv2d` of an
+  operand (maybe through its NCHWc `unpack`), its NCHW16c `pack` and an elementwise chain on literals,
+  which its kernel computes as it fills its local memory; the chain
   after the anchor may read a value more than once (x * sigmoid(x)) as long as one value leaves it;
 - `reduction`: a reduction or normalization (`softmax`, `layer_norm`, `reduce_*`, `global_avg_pool`, ...)
   with elementwise prologue on its input and epilogue on its output;

@@ -6,6 +6,8 @@ operand orders, shapes that do not fit).
   shift] -> activation -> [residual add] -> [pool], with a padding `Pad` in front now and then (fold-pad);
 - squeeze_excite: global mean -> 1x1 conv -> activation -> 1x1 conv -> (hard) sigmoid -> channel scale,
   mostly read by a conv (fuse's channel scale folded into the conv's weights, and its refusals);
+- inverted_residual: 1x1 expand (16/32 channels) -> activation -> depthwise 3x3 or 5x5 -> activation ->
+  1x1 project [-> residual add] (fuse's expansion in the depthwise conv's kernel, and its refusals);
 - layernorm: the expanded LayerNorm (recognize-layernorm) or the LayerNormalization op;
 - gelu: the erf or tanh expansion (recognize-gelu) or the Gelu op;
 - softmax_parts: exp(x - max) / sum (recognize-softmax);
@@ -120,9 +122,10 @@ def cnn_block(b: GraphBuilder) -> Val | None:
 
 
 def squeeze_excite(b: GraphBuilder) -> Val | None:
-    """x * gate(x): a global mean (or max: fuse's gate kernel), a 1x1 conv down, an activation (SiLU now and then), a 1x1 conv up, a
-    sigmoid or hard sigmoid, and the channel scale, often read by a conv (dense, depthwise or grouped),
-    sometimes by a second reader too (fuse's channel scale and its refusals)."""
+    """x * gate(x): a global mean (or max: fuse's gate kernel), a 1x1 conv down, an activation (SiLU now
+    and then), a 1x1 conv up, a sigmoid or hard sigmoid, and the channel scale, often read by a conv
+    (dense, depthwise or grouped), sometimes by a second reader too (fuse's channel scale and its
+    refusals)."""
     x = image(b)
     if x is None or x.rank != 4:
         return None
@@ -154,6 +157,36 @@ def squeeze_excite(b: GraphBuilder) -> Val | None:
             return b.node("Add", [y.name, y.name], x.shape, 2 * x.scale)
         return out
     return y
+
+
+def inverted_residual(b: GraphBuilder) -> Val | None:
+    """MobileNetV2's block: a 1x1 conv expanding to 16 or 32 channels, an activation, a depthwise 3x3
+    (sometimes 5x5, stride 2 now and then) and its activation, a 1x1 projection, the residual add when the
+    shapes allow (fuse's expansion computed in the depthwise conv's kernel, and its refusals)."""
+    x = image(b)
+    if x is None or x.rank != 4:
+        return None
+    x = b.tame(x, 100.0)
+    n, c, h, w = x.shape
+    e = b.choice([16, 32])
+    k, stride = b.choice([3, 3, 5]), b.choice([1, 1, 2])
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    if n * e * h * w > MAX_ELEMENTS:
+        return None
+    names = [x.name, b.weight((e, c, 1, 1), 1 / math.sqrt(c)).name] + ([b.weight((e,), 0.5).name]
+                                                                      if b.chance(70) else [])
+    y = activation(b, b.node("Conv", names, (n, e, h, w), x.scale * math.sqrt(c) + 0.5))
+    if b.chance(15):  # a second reader of the expanded value keeps the expansion apart
+        b.node("Relu", [y.name], y.shape, y.scale)
+    dw = [y.name, b.weight((e, 1, k, k), 1 / k).name, b.weight((e,), 0.5).name]
+    d = b.node("Conv", dw, (n, e, ho, wo), y.scale * k + 0.5, group=e, pads=[k // 2] * 4,
+               strides=[stride, stride] if stride > 1 else None)
+    d = activation(b, d)
+    out = b.node("Conv", [d.name, b.weight((c, e, 1, 1), 1 / math.sqrt(e)).name], (n, c, ho, wo),
+                 d.scale * math.sqrt(e) + 0.5)
+    if out.shape == x.shape and b.chance(60):
+        out = b.node("Add", [out.name, x.name], x.shape, out.scale + x.scale)
+    return out
 
 
 def layernorm(b: GraphBuilder) -> Val | None:
@@ -359,7 +392,8 @@ def _fits(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 
 
 PATTERNS: list[tuple[str, Gen]] = [
-    ("cnn_block", cnn_block), ("squeeze_excite", squeeze_excite), ("layernorm", layernorm), ("gelu", gelu),
+    ("cnn_block", cnn_block), ("squeeze_excite", squeeze_excite), ("inverted_residual", inverted_residual),
+    ("layernorm", layernorm), ("gelu", gelu),
     ("softmax_parts", softmax_parts),
     ("attention", attention), ("mlp", mlp), ("transposes", transposes), ("broadcasts", broadcasts),
 ]

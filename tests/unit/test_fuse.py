@@ -135,6 +135,18 @@ def check_contract(k: Op) -> None:
         assert ln.operands[0] in body.args and len(ln.result.uses) == 1
         assert norm_axis(ln.attrs.get("axis", -1), ln.result.type.rank) == ln.result.type.rank - 1
         ops = ops[ops.index(reads):]
+    if kind == "epilogue" and [o.name for o in ops].count("conv2d") == 2:  # an expansion, then a depthwise
+        first = next(i for i, o in enumerate(ops) if o.name == "conv2d")
+        conv, pk = ops[first], ops[first + 1]
+        u = next(i for i, o in enumerate(ops) if o.name == "unpack" and i > first)
+        dw = ops[u + 1]
+        assert first == 0 or first == 1 and ops[0].name == "unpack" and ops[0].result is conv.operands[0]
+        assert conv.operands[1].type.dims[2:] == (1, 1)
+        assert pk.name == "pack" and pk.operands[0] is conv.result
+        assert all(o in ew and o.result.type == pk.result.type for o in ops[first + 2:u])
+        assert dw.name == "conv2d" and dw.operands[0] is ops[u].result
+        assert dw.attrs["groups"] == dw.operands[0].type.dims[1]
+        ops = ops[u + 1:]  # the depthwise conv's own contract from here
     anchors = [o for o in ops if is_anchor(o)]
     norms = [o for o in anchors[1:] if o.name == "layer_norm"]
     row_norm = kind == "epilogue" and anchors[0].name in ROW_ANCHORS

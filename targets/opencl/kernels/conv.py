@@ -792,6 +792,104 @@ def depthwise_local_blocked_source(geo: Geometry, th: int, tw: int, band: Band, 
     return depthwise_source(geo, 16, th, tw, band.plane, wp, has_bias, epilogue, fill=fill, band=band)
 
 
+EXPAND_PIXELS = 8
+"""Pixels a fused expansion computes at once: one accumulator chain a pixel stalls on FMA latency
+(mobilenet_v2's fused kernels ran at 41-52 GFLOP/s that way, against 110-160 for the 1x1 conv alone)."""
+
+
+def expand_step(w: int) -> int:
+    """Pixels of a row a fused expansion step computes: 4 to EXPAND_PIXELS (whole rows when narrower),
+    the fewest computed in all (the last step of a row overlaps the one before), then the widest."""
+    if w <= EXPAND_PIXELS:
+        return w
+    return min(range(4, EXPAND_PIXELS + 1), key=lambda p: (math.ceil(w / p) * p, -p))
+
+
+@dataclass(frozen=True)
+class Expand:
+    """A 1x1 conv (and its elementwise chain) computing a depthwise conv's input from a narrower x: an
+    inverted residual's expansion, fused into the depthwise conv's local-memory fill so the expanded
+    tensor is never written. `x`: x's buffer, `channels` its channel count, `block` its NCHWc block (0:
+    NCHW); `weights`: [C/16, K/16, 1, 1, 16, 16] (PackSpec((1, 0), (16, 16)) of [C, K, 1, 1]: for each
+    16-channel output block, the K inputs' 16-wide weight vectors, K padded to whole blocks); `bias`: [C]
+    or ""; `act`: a C expression of the float16 `acc` (the chain's helper) or ""."""
+
+    x: str
+    channels: int
+    block: int
+    weights: str
+    bias: str
+    act: str
+
+    @property
+    def inputs(self) -> int:
+        """K padded to whole 16-channel blocks: the packed weights' rows per output block."""
+        return math.ceil(self.channels / 16) * 16
+
+
+def depthwise_expand_source(geo: Geometry, th: int, tw: int, band: Band, wp: int, has_bias: bool,
+                            epilogue: Epilogue | None, ex: Expand, serial: bool) -> str:
+    """depthwise_local_source whose fill computes the input: each pixel of the work-group's 16-channel
+    block is act(bias + sum_k x[k] * W[k]), a step of `expand_step` pixels at a time (one weight vector
+    load for that many FMAs with x[k] broadcast), the pads zeros, written to local memory; the expanded
+    tensor of an inverted residual never goes to global memory. `serial` (a CPU): work-item 0 fills every
+    row: PoCL vectorized the rows of several work-items across its work-item loop, which ran
+    mobilenet_v3_small's fused kernels 1.5x slower."""
+    hw = geo.h * geo.w
+    if ex.block:
+        blocks = math.ceil(ex.channels / ex.block)
+        def x_of(p: str) -> str:
+            return f"xs[((k / {ex.block}) * {hw} + {p}) * {ex.block} + k % {ex.block}]"
+
+        image = blocks * ex.block * hw
+        count = ex.inputs if ex.block == 16 else ex.channels
+    else:
+        def x_of(p: str) -> str:
+            return f"xs[k * {hw} + {p}]"
+
+        image, count = ex.channels * hw, ex.channels
+    bias = f"vload16(cb, {ex.bias})" if ex.bias else "(float16)(0.0f)"
+    px = expand_step(geo.w)
+    accs = ", ".join(f"a{i} = b" for i in range(px))
+    steps = "\n".join(f"                    a{i} = fma((float16)({x_of(f'p + {i}')}), wk, a{i});"
+                      for i in range(px))
+    act = ex.act or "acc"
+    stores = "\n".join(f"                vstore16({act.replace('acc', f'a{i}')}, s0 + {i + geo.pl}, prow);"
+                       for i in range(px))
+    pads = [f"for (int ww = 0; ww < {geo.pl}; ++ww) vstore16((float16)(0.0f), ww, prow);"] if geo.pl else []
+    if wp > geo.pl + geo.w:
+        pads.append(f"for (int ww = {geo.pl + geo.w}; ww < {wp}; ++ww) vstore16((float16)(0.0f), ww, prow);")
+    pad_cols = "".join(f"            {ln}\n" for ln in pads)
+    rows = (f"if (get_local_id(0) == 0) for (int hl = 0; hl < {band.plane}; ++hl)" if serial
+            else f"for (int hl = get_local_id(0); hl < {band.plane}; hl += {band.items})")
+    fill = f"""    __local float L[{band.plane * wp * 16}];
+    {{  // the band's padded input rows, computed from x by the fused 1x1 expansion, {px} pixels a step
+        const int n = get_global_id(2), cb = get_global_id(1);
+        const __global float* xs = {ex.x} + (long)n * {image};
+        const __global float* we = {ex.weights} + cb * {ex.inputs * 16};
+        const float16 b = {bias};
+        {rows} {{
+            const int ih = {band.first_row(geo)} + hl - {geo.pt};
+            __local float* prow = L + hl * {wp * 16};
+            if (ih < 0 || ih >= {geo.h}) {{
+                for (int ww = 0; ww < {wp}; ++ww) vstore16((float16)(0.0f), ww, prow);
+                continue;
+            }}
+{pad_cols}            for (int iw = 0; iw < {geo.w}; iw += {px}) {{
+                const int s0 = min(iw, {geo.w - px}), p = ih * {geo.w} + s0;  // the last step overlaps
+                float16 {accs};
+                for (int k = 0; k < {count}; ++k) {{
+                    const float16 wk = vload16(k, we);
+{steps}
+                }}
+{stores}
+            }}
+        }}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);"""
+    return depthwise_source(geo, 16, th, tw, band.plane, wp, has_bias, epilogue, fill=fill, band=band)
+
+
 def tile_override(ctx: Ctx, geo: Geometry, exact: bool = False, nc: int = 1) -> tuple[int, int]:
     """The schedule's tile, else pick_tile's (for `nc` columns a work-item); `exact`: prefer a tile
     dividing the output (no over-read, so a blocked input can be read in place) when one exists."""
@@ -822,13 +920,16 @@ def conv2d(ctx: Ctx) -> Lowered:
 
 def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 0,
                  out_block: int = 0, channel_map: str | None = None,
-                 upsample: Upsample | None = None, in_scale: InScale | None = None) -> Lowered:
+                 upsample: Upsample | None = None, in_scale: InScale | None = None,
+                 expand: Expand | None = None) -> Lowered:
     """`in_block`/`out_block` b > 0: in0 / out0 holds the NCHWc layout (pack inner_dims_pos=[1],
     inner_tiles=[b], channels zero-padded to a multiple of b) while ctx.sig describes the NCHW op; the
     epilogue's index is then the flat index in the blocked out0. `upsample`: in0 is the input of a fused
     nearest resize (ctx.sig's operand 0 its result), read through its tables by the input repack, which
     every conv then takes (no in-place or local-memory read). `in_scale`: in0 times a per-channel factor
-    (a fused squeeze-excitation scale), folded into the weights as they are loaded."""
+    (a fused squeeze-excitation scale), folded into the weights as they are loaded. `expand`: in0 is the
+    input of a fused 1x1 expansion (ctx.sig's operand 0 its result, in 16-channel blocks: in_block 16)
+    that a depthwise conv's local-memory fill computes."""
     check_float32("conv2d", *ctx.operands, *ctx.results)
     for b in (in_block, out_block):
         if b and b not in (2, 4, 8, 16):
@@ -871,7 +972,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         if width not in (1, 2, 4, 8, 16):
             raise NotLowerable(f"'conv2d' schedule cols={width} must be 1, 2, 4, 8 or 16")
         pack = {1: PackSpec((0,), (width,))}
-        in_place = in_place and width == in_block
+        in_place = in_place and width == in_block and not expand
         if in_place:
             hp, wp = geo.h, geo.w
         # an NCHW input repacked by the conv's own work-groups (a work-item per tile) into local memory
@@ -882,7 +983,12 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
                         and not cols_first and "local" not in ctx.schedule
                         and band.items <= ctx.device.max_work_group_size
                         and 4 * band.plane * wp * 16 <= ctx.device.local_mem_size // 2)
-        if local_repack and in_block:
+        if expand and not (local_repack and in_block == 16 and geo.c % 16 == 0):
+            raise NotLowerable("a fused expansion needs the local-memory depthwise kernel, 16-channel blocks")
+        if expand:
+            src = depthwise_expand_source(geo, th, tw, band, wp, has_bias, epilogue, expand,
+                                          serial=ctx.device.is_cpu)
+        elif local_repack and in_block:
             src = depthwise_local_blocked_source(geo, th, tw, band, wp, has_bias, epilogue)
         elif local_repack:
             src = depthwise_local_source(geo, th, tw, band, wp, has_bias, epilogue, channel_map)
@@ -957,6 +1063,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         schedule["band_rows"] = band.rows // th
     if upsample:
         schedule["upsample"] = 1  # the repack reads through a fused nearest resize
+    if expand:
+        schedule["expand"] = 1  # the fill computes the input from a narrower x
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
     return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)

@@ -43,13 +43,14 @@ from .base import (
     Kernel,
     Lowered,
     NotLowerable,
+    PackSpec,
     ctype,
     index_type,
     launch_1d,
     require_static,
     template,
 )
-from .conv import InScale, Upsample, lower_conv2d
+from .conv import Expand, InScale, Upsample, lower_conv2d
 from .elementwise import offset
 from .gemm import ANorm, Tail, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
@@ -574,14 +575,19 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     """One anchor of `table` (its operands kernel operands, operand 0 maybe through an NCHWc `unpack`)
     and the elementwise chain on its result (maybe through one `pack`), by the anchor's template."""
     anchors = [op for op in rg.ops if op.name in table]
+    if len(anchors) == 2 and anchors[1].name == "conv2d" and (found := expansion(rg, anchors[1].operands[0])):
+        anchors = [op for op in anchors if op not in found.ops]  # the expansion is the depthwise conv's fill
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block, shuffle, norm, up, scale = [], None, 0, None, NO_NORM, None, None
+    where, unpack, in_block, shuffle, norm, up, scale, ex = [], None, 0, None, NO_NORM, None, None, None
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
             where.append(rg.arg[id(v)])
+        elif k == 0 and anchor.name == "conv2d" and (ex := expansion(rg, v)) is not None:
+            where.append(ex.arg)
+            in_block = 16
         elif k == 0 and (found := norm_prologue(rg, anchor)) is not None:
             norm = found
             where.append(norm.arg)
@@ -606,7 +612,8 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     main = anchor.results[0]
     result = split.operands[0] if split else rg.yields[0]
     skip = {id(anchor), id(unpack), *(id(o) for o in (shuffle[2] if shuffle else [])),
-            *(id(o) for o in norm.ops), *((id(up[2]),) if up else ()), *((id(scale[2]),) if scale else ())}
+            *(id(o) for o in norm.ops), *((id(up[2]),) if up else ()), *((id(scale[2]),) if scale else ()),
+            *(id(o) for o in (ex.ops if ex else ()))}
     ops = [op for op in rg.ancestors(result) if id(op) not in skip]
     norms = [op for op in ops if op.name == "layer_norm"]
     if norms:
@@ -637,13 +644,14 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     epi = chain.call if has_chain else None
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
     fn = table[anchor.name]
-    if in_block or out_block or up or scale:
+    if in_block or out_block or up or scale or ex:
         import inspect
 
         if "in_block" not in inspect.signature(fn).parameters:
             raise NotLowerable(f"the {anchor.name} template takes no blocked layouts")
         low = fn(sub, epi, in_block=in_block, out_block=out_block,  # type: ignore[call-arg]
-                 **({"upsample": up[1]} if up else {}), **({"in_scale": scale[1]} if scale else {}))
+                 **({"upsample": up[1]} if up else {}), **({"in_scale": scale[1]} if scale else {}),
+                 **({"expand": ex.hook} if ex else {}))
     elif shuffle:
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     elif split:
@@ -651,11 +659,14 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     else:
         low = fn(sub, epi, **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
-    reads = (*norm.reads, *((scale[3],) if scale else ()))
-    low = finish(rg, low, [chain], remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
+    reads = (*norm.reads, *((scale[3],) if scale else ()), *(ex.reads if ex else ()))
+    if ex:  # the expansion's [C, K, 1, 1] weights as 16-wide vectors per input channel and output block
+        low.pack[ex.weights] = PackSpec((1, 0), (16, 16))
+    chains = [chain, *((ex.chain,) if ex else ())]
+    low = finish(rg, low, chains, remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
                  extra_params=True, reads=reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)
-                 + len(norm.ops) + (up is not None) + (scale is not None))
+                 + len(norm.ops) + (up is not None) + (scale is not None) + len(ex.ops if ex else ()))
     low.schedule = {**low.schedule, "fused": fused_ops}
     return low
 
@@ -677,6 +688,55 @@ def channel_scale(rg: Region, v: Value) -> tuple[int, InScale, Op, int] | None:
         raise NotLowerable("a channel scale before a conv of f32 only")
     per_image = s.type.rank == 4 and s.type.dims[0] > 1
     return rg.arg[id(x)], InScale(f"ep{rg.arg[id(s)]}", per_image), m, rg.arg[id(s)]
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A 1x1 conv and its chain computing a depthwise conv's blocked input from a narrower x (an inverted
+    residual's expansion), which the conv's local-memory fill computes (conv.py `Expand`)."""
+
+    arg: int  # x's kernel operand
+    hook: Expand
+    ops: tuple[Op, ...]  # x's unpack if any, the 1x1 conv, its pack and chain, the unpack the conv reads
+    chain: Chain
+    reads: tuple[int, ...]  # the weights' and the bias's kernel operands
+    weights: int
+
+
+def expansion(rg: Region, v: Value) -> Expansion | None:
+    """`v` (a depthwise conv's input) as unpack(chain(pack(conv2d 1x1 (x)))) with x a kernel operand,
+    maybe through an NCHWc unpack, and a chain of ops on literals only; None when it is not one."""
+    u = rg.producer(v)
+    if u is None or u.name != "unpack" or channel_block(u, rg.sig(u)) != 16:
+        return None
+    t = u.operands[0]
+    pk = next((o for o in rg.ancestors(t) if o.name == "pack"), None)
+    conv = rg.producer(pk.operands[0]) if pk is not None else None
+    if pk is None or conv is None or conv.name != "conv2d" or channel_block(pk, rg.sig(pk)) != 16:
+        return None
+    chain_ops = [o for o in rg.ancestors(t) if o not in rg.ancestors(pk.results[0])]
+    for o in chain_ops:
+        if o.name not in CHAIN_OPS or any(
+                rg.producer(w) is None and id(w) not in rg.splat for w in o.operands):
+            raise NotLowerable(f"'{o.name}' in a fused expansion reads more than the chain and literals")
+    x, xu = conv.operands[0], rg.producer(conv.operands[0])
+    block = 0
+    if xu is not None and xu.name == "unpack" and id(xu.operands[0]) in rg.arg:
+        block = channel_block(xu, rg.sig(xu))
+        x = xu.operands[0]
+    elif xu is not None or id(x) not in rg.arg:
+        raise NotLowerable("a fused expansion reads a kernel operand, maybe through an unpack")
+    if any(id(w) not in rg.arg for w in conv.operands[1:]):
+        raise NotLowerable("a fused expansion's weights and bias are kernel operands")
+    main = conv.results[0]
+    ops = [pk, *chain_ops] if chain_ops else []  # a pack alone passes its value through
+    spaces = chain_spaces(rg, ops, main, Space(main.type.dims), Space(pk.results[0].type.dims), pk)
+    chain = Chain(rg, "exp", ops, main, t if ops else main, spaces, "float", "int")
+    w, *b = (rg.arg[id(o)] for o in conv.operands[1:3])
+    hook = Expand("X", conv.operands[0].type.dims[1], block, f"ep{w}", f"ep{b[0]}" if b else "",
+                  chain.call("acc", "0", 16) if ops else "")
+    prologue = (*((xu,) if block else ()), conv, pk, *chain_ops, u)
+    return Expansion(rg.arg[id(x)], hook, prologue, chain, (w, *b), w)
 
 
 @dataclass(frozen=True)
