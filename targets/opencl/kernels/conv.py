@@ -812,7 +812,7 @@ class Expand:
     tensor is never written. `x`: x's buffer, `channels` its channel count, `block` its NCHWc block (0:
     NCHW); `weights`: [C/16, K/16, 1, 1, 16, 16] (PackSpec((1, 0), (16, 16)) of [C, K, 1, 1]: for each
     16-channel output block, the K inputs' 16-wide weight vectors, K padded to whole blocks); `bias`: [C]
-    or ""; `act`: a C expression of the float16 `acc` (the chain's helper) or ""."""
+    or ""; `act`: a C expression of a float16 `{}` (the chain's helper, for str.format) or ""."""
 
     x: str
     channels: int
@@ -853,8 +853,8 @@ def depthwise_expand_source(geo: Geometry, th: int, tw: int, band: Band, wp: int
     accs = ", ".join(f"a{i} = b" for i in range(px))
     steps = "\n".join(f"                    a{i} = fma((float16)({x_of(f'p + {i}')}), wk, a{i});"
                       for i in range(px))
-    act = ex.act or "acc"
-    stores = "\n".join(f"                vstore16({act.replace('acc', f'a{i}')}, s0 + {i + geo.pl}, prow);"
+    act = ex.act or "{}"
+    stores = "\n".join(f"                vstore16({act.format(f'a{i}')}, s0 + {i + geo.pl}, prow);"
                        for i in range(px))
     pads = [f"for (int ww = 0; ww < {geo.pl}; ++ww) vstore16((float16)(0.0f), ww, prow);"] if geo.pl else []
     if wp > geo.pl + geo.w:

@@ -734,7 +734,7 @@ def expansion(rg: Region, v: Value) -> Expansion | None:
     chain = Chain(rg, "exp", ops, main, t if ops else main, spaces, "float", "int")
     w, *b = (rg.arg[id(o)] for o in conv.operands[1:3])
     hook = Expand("X", conv.operands[0].type.dims[1], block, f"ep{w}", f"ep{b[0]}" if b else "",
-                  chain.call("acc", "0", 16) if ops else "")
+                  chain.call("{}", "0", 16) if ops else "")
     prologue = (*((xu,) if block else ()), conv, pk, *chain_ops, u)
     return Expansion(rg.arg[id(x)], hook, prologue, chain, (w, *b), w)
 
