@@ -51,7 +51,7 @@ def test_every_generator_makes_its_op(name: str) -> None:
                 "flatten": {"Flatten"}, "concat": {"Concat"}, "slice": {"Slice"}, "squeeze": {"Squeeze"},
                 "unsqueeze": {"Unsqueeze"}, "batchnorm": {"BatchNormalization"}, "pad": {"Pad"},
                 "clip": {"Clip"}, "cast": {"Cast"}, "expand": {"Expand"}, "cnn_block": {"Conv", "Relu"},
-                "squeeze_excite": {"Conv", "Sigmoid", "Mul"},
+                "squeeze_excite": {"Conv", "Sigmoid", "Mul"}, "inverted_residual": {"Conv"},
                 "layernorm": {"ReduceMean", "Sqrt"}, "gelu": {"Erf"}, "softmax_parts": {"Exp", "ReduceSum"},
                 "attention": {"Softmax", "Transpose"}, "mlp": {"MatMul", "Add"}, "transposes": {"Transpose"},
                 "broadcasts": {"Expand"}}[name]
