@@ -96,6 +96,9 @@ CHEAP_FLOPS = 4
 GATE_POOLS = frozenset({"reduce_mean", "reduce_max", "global_avg_pool", "global_max_pool"})
 GATE_MAX_CHANNELS = 4096
 """The widest feature vector a gate kernel keeps (per work-item, in private memory on a CPU)."""
+GATE_MAX_WEIGHTS = 1 << 18
+"""Weights a gate's FCs may read (squeeze-excitation's two FCs of efficientnet_b0's last stage: 110K; a
+classifier head, 1024 -> 1000 as a 1x1 conv in DenseNet: 1M, is better split over the cores)."""
 GATE_MAX_POOL = 1 << 16
 """Elements per image a gate's pool may read: the gate kernel runs one work-group per image, so on a CPU
 one core reads the whole pool where the pool's own kernel splits it over the cores."""
@@ -323,7 +326,9 @@ class _Fuser:
         features (conv2d 1x1 on one pixel, as squeeze-excitation's reduce and expand), each with the
         elementwise chain on its result (ReLU, SiLU, a sigmoid or hard sigmoid); one kernel computes them per
         image. Refused, remarked: `dtype` (not f32), `too-large` (over max-ops, max-args or GATE_MAX_CHANNELS
-        features), `would-serialize` (a pool of more than `gate-max-pool` elements per image)."""
+        features), `would-serialize` (a pool of more than `gate-max-pool` elements per image, or FCs of more
+        than GATE_MAX_WEIGHTS weights: one core would read them), `layout-mismatch` (the pool reads NCHWc
+        data through an unpack, which its own kernel reads in place)."""
         ops, v = [pool], pool.result
         while len(v.uses) == 1 and pixel_fc(*v.uses[0]) and self.fusible(v.users[0]):
             ops.append(v.users[0])
@@ -334,9 +339,15 @@ class _Fuser:
         x = pool.operands[0].type
         widest = max(x.dims[1], *(fc.result.type.dims[1] for fc in fcs))
         per_image = x.numel // x.dims[0]
+        weights = sum(fc.operands[1].type.numel for fc in fcs)
         what = f"{quoted(ops)} stay apart: one kernel per image would compute them"
+        source = pool.operands[0].op
         if any(o.result.type.dtype != "f32" for o in ops) or x.dtype != "f32":
             self.missed("dtype", ops, f"{what} in f32 only")
+        elif source is not None and source.name == "unpack":
+            self.missed("layout-mismatch", [source, *ops],
+                        f"{what}, but the pool reads NCHWc data through an 'unpack' (its own kernel reads it "
+                        f"in place) and the gate kernel reads NCHW")
         elif (problem := self.too_large(ops, pool)) is not None:
             self.missed("too-large", ops, f"{what}, but {problem}")
         elif widest > GATE_MAX_CHANNELS:
@@ -346,6 +357,10 @@ class _Fuser:
             self.missed("would-serialize", ops,
                         f"{what}, but its pool of {per_image} elements per image would run on one core, "
                         f"which costs more than the launches it saves (gate-max-pool={self.p.gate_max_pool})")
+        elif weights > GATE_MAX_WEIGHTS:
+            self.missed("would-serialize", ops,
+                        f"{what}, but its FCs' {weights} weights would be read by one core, which costs more "
+                        f"than the launches it saves (at most {GATE_MAX_WEIGHTS})")
         else:
             return ops
         return []
