@@ -93,16 +93,16 @@ POOL_ANCHORS = frozenset({"max_pool2d", "avg_pool2d", "global_avg_pool"})
 BLOCKED_ANCHORS = frozenset({"conv2d", *POOL_ANCHORS})
 """Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
 CHEAP_FLOPS = 4
+"""A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
 GATE_POOLS = frozenset({"reduce_mean", "reduce_max", "global_avg_pool", "global_max_pool"})
 GATE_MAX_CHANNELS = 4096
 """The widest feature vector a gate kernel keeps (per work-item, in private memory on a CPU)."""
 GATE_MAX_WEIGHTS = 1 << 18
-"""Weights a gate's FCs may read (squeeze-excitation's two FCs of efficientnet_b0's last stage: 110K; a
-classifier head, 1024 -> 1000 as a 1x1 conv in DenseNet: 1M, is better split over the cores)."""
+"""Weights a gate's FCs may read: one core reads them all. Two squeeze-excitation FCs of 1152 <-> 48
+channels are 110K; a 1024 -> 1000 classifier written as a 1x1 conv (1M) is better split over the cores."""
 GATE_MAX_POOL = 1 << 16
 """Elements per image a gate's pool may read: the gate kernel runs one work-group per image, so on a CPU
 one core reads the whole pool where the pool's own kernel splits it over the cores."""
-"""A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
 CHEAP_EPILOGUE_ANCHORS = frozenset({"conv2d"})
 """Anchors whose epilogue takes a multi-use (reconverging) elementwise DAG only of ops under CHEAP_FLOPS
 per element, unless their output map is one pixel (squeeze-excitation's FCs on pooled features): a conv's
@@ -174,6 +174,7 @@ class _Fuser:
             if op.name == "const" or (op.operands and all(id(v) in self.constant for v in op.operands)):
                 self.constant.update(id(r) for r in op.results)
         self.pos: dict[int, int] = {}
+        self.expansions: dict[int, list[Op]] = {}  # depthwise conv -> the expansion its kernel takes in
         self.erased: list[Op] = []
         self.renumber()
 
@@ -290,7 +291,7 @@ class _Fuser:
                                 f"'{anchor.name}': {problem}")
                 else:
                     ops[:0] = pro
-        expansion = self.expansion(anchor, remark=False)
+        expansion = self.expansions.pop(id(anchor), [])
         unpack = self.absorbable_unpack(anchor) if anchor.name in BLOCKED_ANCHORS and not expansion else None
         shuffle = self.absorbable_shuffle(anchor) if unpack is None and not expansion else []
         resize = self.absorbable_resize(anchor) if unpack is None and not shuffle and not expansion else []
@@ -556,7 +557,9 @@ class _Fuser:
         return []
 
     def expanded_by(self, conv: Op) -> Op | None:
-        """The depthwise conv2d whose kernel computes `conv`'s result as its input (`expansion`), if any."""
+        """The depthwise conv2d whose kernel computes `conv`'s result as its input (`expansion`), if any;
+        the expansion is kept for that conv's region (a 1x1 conv comes first in program order, so its
+        refusal is remarked here, once)."""
         v = conv.result
         if conv.name != "conv2d" or len(v.uses) != 1 or v.users[0].name != "pack":
             return None
@@ -565,20 +568,24 @@ class _Fuser:
             for u in todo.pop().result.users:
                 if u.name == "unpack" and len(u.result.uses) == 1 and u.result.users[0].name == "conv2d":
                     dw = u.result.users[0]
-                    found = self.expansion(dw, remark=True)  # seen here first: its refusal is remarked
-                    return dw if found and conv in found else None
+                    found = self.expansion(dw)
+                    if not found or conv not in found:
+                        return None
+                    self.expansions[id(dw)] = found
+                    return dw
                 if is_elementwise(u) and id(u) not in seen and len(seen) <= self.p.max_ops:
                     seen.add(id(u))
                     todo.append(u)
         return None
 
-    def expansion(self, dw: Op, remark: bool) -> list[Op]:
+    def expansion(self, dw: Op) -> list[Op]:
         """[unpack?, conv 1x1, pack, chain..., unpack]: an inverted residual's expansion computing a
         depthwise conv2d's input in 16-channel blocks (the 1x1 conv, its pack and the elementwise chain on
         literals after it, ReLU6, hard swish, SiLU, each value read only inside), which the depthwise
         conv's kernel computes as it fills its local memory: the expanded tensor is never written. The 1x1
-        conv's input joins through its NCHWc unpack when that is its only reader. Refused, remarked when
-        `remark`: `multi-use` (the expanded value is read elsewhere too), `too-large`."""
+        conv's input joins through its NCHWc unpack when that is its only reader. Refused, remarked:
+        `prologue-cost` (a window over `expand-max-window` taps), `multi-use` (the expanded value is read
+        elsewhere too), `too-large`."""
         x = dw.operands[0].type if dw.name == "conv2d" else None
         u = dw.operands[0].op
         if (
@@ -623,17 +630,17 @@ class _Fuser:
                 and conv.operands[0].uses == [(conv, 0)]):
             ops.insert(0, xu)
         what = "the kernel of the depthwise 'conv2d' cannot compute its input from the 1x1 'conv2d' before it"
-        missed = self.missed if remark else lambda *_: None
         window = dw.operands[1].type.dims[2] * dw.operands[1].type.dims[3]
         if window > self.p.expand_max_window:
-            missed("prologue-cost", [conv, dw],
-                   f"the depthwise 'conv2d' has a {window}-tap window; its kernel computing the expansion as "
-                   f"well ran slower than the two kernels (expand-max-window={self.p.expand_max_window})")
+            self.missed("prologue-cost", [conv, dw],
+                        f"the depthwise 'conv2d' has a {window}-tap window; its kernel computing the "
+                        f"expansion as well ran slower than the two kernels "
+                        f"(expand-max-window={self.p.expand_max_window})")
         elif outside:
-            missed("multi-use", [conv, *outside, dw],
-                   f"the expanded value of {quoted(outside[:1])} is read elsewhere too; {what}")
+            self.missed("multi-use", [conv, *outside, dw],
+                        f"the expanded value of {quoted(outside[:1])} is read elsewhere too; {what}")
         elif (problem := self.too_large([*ops, dw], dw)) is not None:
-            missed("too-large", [conv, dw], f"{what}: {problem}")
+            self.missed("too-large", [conv, dw], f"{what}: {problem}")
         else:
             return ops
         return []

@@ -575,17 +575,18 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     """One anchor of `table` (its operands kernel operands, operand 0 maybe through an NCHWc `unpack`)
     and the elementwise chain on its result (maybe through one `pack`), by the anchor's template."""
     anchors = [op for op in rg.ops if op.name in table]
-    if len(anchors) == 2 and anchors[1].name == "conv2d" and (found := expansion(rg, anchors[1].operands[0])):
-        anchors = [op for op in anchors if op not in found.ops]  # the expansion is the depthwise conv's fill
+    ex = expansion(rg, anchors[1].operands[0]) if len(anchors) == 2 and anchors[1].name == "conv2d" else None
+    if ex:
+        anchors = [op for op in anchors if op not in ex.ops]  # the expansion is the depthwise conv's fill
     if len(anchors) != 1:
         raise NotLowerable(f"an {ctx.sig.attrs.get('kind')} region needs exactly one of {', '.join(table)}")
     anchor = anchors[0]
-    where, unpack, in_block, shuffle, norm, up, scale, ex = [], None, 0, None, NO_NORM, None, None, None
+    where, unpack, in_block, shuffle, norm, up, scale = [], None, 0, None, NO_NORM, None, None
     for k, v in enumerate(anchor.operands):
         u = rg.producer(v)
         if id(v) in rg.arg:
             where.append(rg.arg[id(v)])
-        elif k == 0 and anchor.name == "conv2d" and (ex := expansion(rg, v)) is not None:
+        elif k == 0 and ex is not None:
             where.append(ex.arg)
             in_block = 16
         elif k == 0 and (found := norm_prologue(rg, anchor)) is not None:
@@ -661,7 +662,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     low.pack = packed_operands(rg, low, where, anchor)
     reads = (*norm.reads, *((scale[3],) if scale else ()), *(ex.reads if ex else ()))
     if ex:  # the expansion's [C, K, 1, 1] weights as 16-wide vectors per input channel and output block
-        low.pack[ex.weights] = PackSpec((1, 0), (16, 16))
+        low.pack[ex.reads[0]] = PackSpec((1, 0), (16, 16))
     chains = [chain, *((ex.chain,) if ex else ())]
     low = finish(rg, low, chains, remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
                  extra_params=True, reads=reads)
@@ -699,8 +700,7 @@ class Expansion:
     hook: Expand
     ops: tuple[Op, ...]  # x's unpack if any, the 1x1 conv, its pack and chain, the unpack the conv reads
     chain: Chain
-    reads: tuple[int, ...]  # the weights' and the bias's kernel operands
-    weights: int
+    reads: tuple[int, ...]  # the weights' and (if any) the bias's kernel operands
 
 
 def expansion(rg: Region, v: Value) -> Expansion | None:
@@ -714,7 +714,8 @@ def expansion(rg: Region, v: Value) -> Expansion | None:
     conv = rg.producer(pk.operands[0]) if pk is not None else None
     if pk is None or conv is None or conv.name != "conv2d" or channel_block(pk, rg.sig(pk)) != 16:
         return None
-    chain_ops = [o for o in rg.ancestors(t) if o not in rg.ancestors(pk.results[0])]
+    before = {id(o) for o in rg.ancestors(pk.results[0])}
+    chain_ops = [o for o in rg.ancestors(t) if id(o) not in before]
     for o in chain_ops:
         if o.name not in CHAIN_OPS or any(
                 rg.producer(w) is None and id(w) not in rg.splat for w in o.operands):
@@ -736,7 +737,7 @@ def expansion(rg: Region, v: Value) -> Expansion | None:
     hook = Expand("X", conv.operands[0].type.dims[1], block, f"ep{w}", f"ep{b[0]}" if b else "",
                   chain.call("{}", "0", 16) if ops else "")
     prologue = (*((xu,) if block else ()), conv, pk, *chain_ops, u)
-    return Expansion(rg.arg[id(x)], hook, prologue, chain, (w, *b), w)
+    return Expansion(rg.arg[id(x)], hook, prologue, chain, (w, *b))
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,13 @@ def stages(rg: Region) -> tuple[Op, list[tuple[Op, list[Op], Value]]]:
         raise NotLowerable("a gate region starts with a global pool of a kernel operand")
     if pool.name.startswith("reduce_") and reduced_axes(rg.sig(pool)) != (2, 3):
         raise NotLowerable("a gate's pool reduces H and W")
-    out: list[tuple[Op, list[Op], Value]] = []
+    out: list[tuple[Op, list[Op]]] = []
     v = pool.results[0]
     for op in rg.ops[1:]:
         if op.name == "conv2d":
             if op.operands[0] is not v or any(id(w) not in rg.arg for w in op.operands[1:]):
                 raise NotLowerable("a gate's FC reads the value before it and kernel operands")
-            out.append((op, [], op.results[0]))
+            out.append((op, []))
         elif out:
             out[-1][1].append(op)
         else:
@@ -49,7 +49,7 @@ def stages(rg: Region) -> tuple[Op, list[tuple[Op, list[Op], Value]]]:
         v = op.results[0]
     if not out or rg.yields != [v]:
         raise NotLowerable("a gate region yields its last FC's chain")
-    return pool, [(fc, ops, ops[-1].results[0] if ops else fc.results[0]) for fc, ops, _ in out]
+    return pool, [(fc, ops, (ops[-1] if ops else fc).results[0]) for fc, ops in out]
 
 
 def row_reduce(kind: str, name: str, ptr: str, other: str | None, n: int, w: int = LANES) -> list[str]:
