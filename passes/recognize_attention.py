@@ -6,6 +6,11 @@ one `attention` op.
     s = s + mask                              optional, mask broadcast to s's shape
     y = matmul(softmax(s, last axis), v)      -> attention(q, k, v, mask?) {scale = c | 1 / c}
 
+torch's scaled_dot_product_attention, as `torch.onnx` (dynamo) decomposes it, also matches: the scale
+split as c**0.5 on q and on kt before the product (`mul`s by finite splat literals of one use, on q, on kt
+or on k behind kt's transpose, whose factors multiply into the scale), and the safe softmax
+`where(isnan(p), 0, p)` between the softmax and the second matmul, which becomes `safe = true`.
+
 The transpose of k is absorbed: when kt is `transpose(x, p)`, k is x transposed by p with its last two
 entries swapped (x itself when that is the identity); otherwise k is `transpose(kt)` made here. q, kt and v
 must have rank >= 2 (matmul's 1-D promotion is not attention).
@@ -30,6 +35,7 @@ It refuses, with a remark,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..ir.attributes import Attr
@@ -59,7 +65,8 @@ class RecognizeAttention(Pass):
         def attention(op: Op, rw: Rewriter) -> bool:
             # matmul(softmax(matmul(q, transpose(k)) * c + mask), v) -> attention(q, k, v, mask) {scale = c}
             p_v, v = op.operands
-            sm = producer(p_v, "softmax")
+            guard = _safe_guard(p_v)  # where(isnan(p), 0, p): torch's safe softmax
+            sm = producer(guard[-1].operands[2] if guard else p_v, "softmax")
             if sm is None:
                 return False
             chain = [sm]  # softmax back to the scores matmul
@@ -79,7 +86,7 @@ class RecognizeAttention(Pass):
                     a, b = b, a
                 s = a
                 c = splat_value(b, module)
-                ops = [*chain[::-1], op]
+                ops = [*chain[::-1], *guard, op]
                 if c is None or isinstance(c, bool) or (scale_op.name == "div" and float(c) == 0.0):
                     if producer(s, "matmul") is not None:
                         refuse(
@@ -94,8 +101,20 @@ class RecognizeAttention(Pass):
             if qk is None:
                 return False
             chain.append(qk)
-            ops = [*chain[::-1], op]
             q, kt = qk.operands
+            # scalar factors on q or k (exporters split 1/sqrt(D) as 1/D**0.25 on each) join the scale
+            q, q_mul, cq = _unscaled(q, module)
+            kt, k_mul, ck = _unscaled(kt, module)
+            k_src, k_perm, k_t = _k_view(kt)
+            k_src, k_mul2, ck2 = _unscaled(k_src, module)
+            peeled = [m for m in (q_mul, k_mul, k_mul2) if m is not None]
+            if peeled and math.isfinite(scale * cq * ck * ck2):
+                scale *= cq * ck * ck2
+            elif peeled:  # the product overflows: keep the muls
+                q, kt = qk.operands
+                k_src, k_perm, k_t = _k_view(kt)
+                peeled = []
+            ops = [*peeled, *chain[::-1], *guard, op]
             if min(q.type.rank, kt.type.rank, v.type.rank) < 2:
                 return False
             rank = sm.result.type.rank
@@ -107,10 +126,14 @@ class RecognizeAttention(Pass):
                     f"the softmax is along axis {sm.attrs.get('axis')}, not the last (key) axis",
                 )
                 return False
-            for inner in chain:
-                extra = [
-                    u for u in inner.result.users if u is not (op if inner is sm else _next(chain, inner))
-                ]
+            for inner in [*chain, *guard]:
+                if inner is sm:
+                    allowed = guard[:2] if guard else [op]
+                elif inner in guard:
+                    allowed = [guard[1] if inner is guard[0] else op]
+                else:
+                    allowed = [_next(chain, inner)]
+                extra = [u for u in inner.result.users if all(u is not a for a in allowed)]
                 if extra:
                     n = len(extra)
                     refuse(
@@ -131,12 +154,14 @@ class RecognizeAttention(Pass):
                     f"the {what} broadcasts the scores {qk.result.type} to {grown.result.type}",
                 )
                 return False
-            plan = _plan_layout(q, kt, v, op)
+            plan = _plan_layout(q, (k_src, k_perm, k_t), v, op)
             if plan.missed:
                 ctx.remark_missed("layout", "layout-mismatch", ops, plan.missed)
             srcs = [_materialize(need, op, rw) for need in plan.needs]
             operands = [*srcs, *([mask] if mask is not None else [])]
             attrs: dict[str, Attr] = {"scale": scale}
+            if guard:
+                attrs["safe"] = True
             want = op.result.type
             if plan.layout == "bshd":
                 attrs["layout"] = "bshd"
@@ -173,7 +198,8 @@ class RecognizeAttention(Pass):
                 "pattern",
                 "recognized",
                 fused,
-                f"{len(ops)} ops -> 'attention'{' with a mask' if mask is not None else ''}{how}",
+                f"{len(ops)} ops -> {'safe ' if guard else ''}'attention'"
+                f"{' with a mask' if mask is not None else ''}{how}",
             )
             return True
 
@@ -189,6 +215,46 @@ def _leads_to_scores(v: Value) -> bool:
     if op.name == "matmul":
         return True
     return op.name in ("mul", "div") and any(producer(x, "matmul") is not None for x in op.operands)
+
+
+def _safe_guard(p: Value) -> list[Op]:
+    """[isnan, where] when p = where(isnan(x), 0, x) (torch's safe softmax of x), else []."""
+    where = producer(p, "where")
+    if where is None:
+        return []
+    cond, zero, x = where.operands
+    isnan = producer(cond, "is_nan")
+    if isnan is None or isnan.operands[0] is not x or splat_value(zero) != 0 or where.result.type != x.type:
+        return []
+    return [isnan, where]
+
+
+def _unscaled(x: Value, module: Module) -> tuple[Value, Op | None, float]:
+    """(y, mul, c) when x = mul(y, c) with c a finite float splat literal, x of y's type and the mul's one
+    use; else (x, None, 1.0)."""
+    m = producer(x, "mul")
+    if m is None or len(m.result.uses) != 1:
+        return x, None, 1.0
+    for y, lit in (m.operands, m.operands[::-1]):
+        c = splat_value(lit, module)
+        if (
+            isinstance(c, float)
+            and math.isfinite(c)
+            and c != 0.0
+            and y.type == x.type
+            and lit.type.numel == 1
+        ):
+            return y, m, c
+    return x, None, 1.0
+
+
+def _k_view(kt: Value) -> tuple[Value, list[int], Op | None]:
+    """k (bhsd) as (src, perm, t): src transposed by perm, composing kt's own transpose t (if any) with the
+    swap of the last two dims."""
+    k_src, k_perm, k_t = _as_transpose(kt)
+    rank = kt.type.rank
+    last2 = [*range(rank - 2), rank - 1, rank - 2]
+    return k_src, [k_perm[i] for i in last2], k_t
 
 
 def _next(chain: list[Op], op: Op) -> Op:
@@ -237,14 +303,12 @@ class _Plan:
     missed: str = ""  # the layout-mismatch remark, when bshd was possible in part but not chosen
 
 
-def _plan_layout(q: Value, kt: Value, v: Value, anchor: Op) -> _Plan:
-    """Pick bhsd or bshd by the transposes each needs (see the module docstring)."""
-    rank = kt.type.rank
-    # k in bhsd is kt with its last two dims swapped: compose with kt's own transpose, if any
-    k_src, k_perm, k_t = _as_transpose(kt)
-    last2 = [*range(rank - 2), rank - 1, rank - 2]
-    k_perm = [k_perm[i] for i in last2]
-    views = [_as_transpose(q), (k_src, k_perm, k_t), _as_transpose(v)]
+def _plan_layout(
+    q: Value, k_view: tuple[Value, list[int], Op | None], v: Value, anchor: Op
+) -> _Plan:
+    """Pick bhsd or bshd by the transposes each needs (see the module docstring); k as `_k_view` gives it."""
+    rank = len(k_view[1])
+    views = [_as_transpose(q), k_view, _as_transpose(v)]
     is_k = [False, True, False]
 
     def needs(layout: str) -> tuple[list[_Need], int, list[Op]]:

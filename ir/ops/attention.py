@@ -13,6 +13,11 @@ reshaped to heads gives them ([B, S, H, D], before the transposes exporters inse
 [..., Sk, H, D], v [..., Sk, H, Dv] -> [..., Sq, H, Dv]. It is the bhsd op on q, k, v with dims -3 and -2
 swapped, the result swapped back; the mask still broadcasts to the scores [..., H, Sq, Sk].
 
+With `safe = true` probabilities that come out NaN are 0, as torch's `_safe_softmax` (which exporters write
+as `where(isnan(p), 0, p)` after the softmax) has them: a query whose every key is masked with -inf gets
+zeros, not NaN. The OpenCL kernel zeroes such rows; it lets a NaN score propagate as any float kernel does
+(the reference, following the guard, zeroes that row too).
+
 The reference computes in the operands' type (f16/bf16 through f32) with the row max subtracted before the
 exponential, as `softmax` does.
 """
@@ -99,6 +104,8 @@ def _reference(
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         p = e / e.sum(axis=-1, keepdims=True)
+    if sig["safe"]:
+        p = np.where(np.isnan(p), p.dtype.type(0), p)
     y = np.matmul(p, v)
     return np.ascontiguousarray(np.swapaxes(y, -3, -2) if bshd else y).astype(want, copy=False)
 
@@ -122,13 +129,15 @@ register(
         infer=_infer,
         verify=_verify,
         reference=_reference,
-        attrs={"scale": attr("float", 1.0), "layout": attr("str", "bhsd", allowed=LAYOUTS)},
+        attrs={"scale": attr("float", 1.0), "layout": attr("str", "bhsd", allowed=LAYOUTS),
+               "safe": attr("bool", False)},
         traits=frozenset({"pure"}),
         cost=_cost,
         doc="Scaled dot-product attention softmax(q @ k^T * scale + mask) @ v over the last two dims: q "
         "[..., Sq, D], k [..., Sk, D] (not transposed), v [..., Sk, Dv], an optional additive mask "
         'broadcast to [..., Sq, Sk]; leading dims broadcast. `layout = "bshd"`: q, k, v and the result '
         "are [..., S, H, D] (sequence before heads, as a linear layer reshaped to heads gives them), the "
-        "mask still broadcasts to [..., H, Sq, Sk]. Made by recognize-attention.",
+        "mask still broadcasts to [..., H, Sq, Sk]. `safe = true`: probabilities that come out NaN (a row "
+        "whose every score is -inf) are 0, as torch's _safe_softmax. Made by recognize-attention.",
     )
 )

@@ -12,7 +12,8 @@ operand orders, shapes that do not fit).
 - gelu: the erf or tanh expansion (recognize-gelu) or the Gelu op;
 - softmax_parts: exp(x - max) / sum (recognize-softmax);
 - attention: matmul(q, k^T) * scale [+ mask] -> softmax -> matmul(v), single or multi-head with the
-  exporters' reshape/transpose (recognize-attention);
+  exporters' reshape/transpose, or as torch's SDPA writes it (the scale's root on q and on k^T, the safe
+  softmax's where(isnan(p), 0, p)) (recognize-attention);
 - mlp: matmul + bias + activation layers (fold-batchnorm's matmul case, fusion epilogues);
 - transposes: a transpose, elementwise ops, and its inverse or another transpose (cancel-transposes);
 - broadcasts: an Expand or a constant that repeats a smaller tensor, into elementwise ops
@@ -305,17 +306,26 @@ def attention(b: GraphBuilder) -> Val | None:
     else:
         kt = b.node("Transpose", [k.name], (bsz, dim, seq), k.scale, perm=[0, 2, 1])
     s_shape = (*q.shape[:-1], seq)
-    s = b.node("MatMul", [q.name, kt.name], s_shape, q.scale * k.scale * dh)
     c = 1 / math.sqrt(dh)
-    if b.chance(50):
+    rooted = b.chance(25)  # torch's SDPA: c**0.5 on q and on k^T before the product
+    if rooted:
+        r = b.constant(np.array(math.sqrt(c), np.float32))
+        q = b.node("Mul", [q.name, r.name], q.shape, q.scale * math.sqrt(c))
+        kt = b.node("Mul", [r.name, kt.name], kt.shape, k.scale * math.sqrt(c))
+    s = b.node("MatMul", [q.name, kt.name], s_shape, q.scale * k.scale * dh)
+    if not rooted and b.chance(50):
         s = b.node("Mul", [s.name, b.constant(np.array(c, np.float32)).name], s_shape, s.scale * c)
-    elif b.chance(60):
+    elif not rooted and b.chance(60):
         s = b.node("Div", [s.name, b.constant(np.array(1 / c, np.float32)).name], s_shape, s.scale * c)
     if b.chance(30):
         mask = np.where(np.tril(np.ones((seq, seq))) > 0, 0.0, -1e4).astype(np.float32)
         mval = b.constant(mask)
         s = b.node("Add", [s.name, mval.name], s_shape, s.scale + 1e4)
     p = b.node("Softmax", [s.name], s_shape, 1.0, axis=-1 if b.opset >= 13 else s.rank - 1)
+    if b.chance(30):  # torch's safe softmax: where(isnan(p), 0, p)
+        nan = b.node("IsNaN", [p.name], s_shape, 1.0)
+        b.values.remove(nan)  # a bool: no operand for the float ops that follow
+        p = b.node("Where", [nan.name, b.constant(np.array(0.0, np.float32)).name, p.name], s_shape, 1.0)
     y = b.node("MatMul", [p.name, v.name], q.shape, v.scale)
     if heads > 1:
         y = b.node("Transpose", [y.name], (bsz, seq, heads, dh), y.scale, perm=[0, 2, 1, 3])

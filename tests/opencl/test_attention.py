@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tessel.ir.types import TensorType
 from tessel.targets.opencl.kernels.base import NotLowerable
-from tessel.targets.opencl.kernels.testing import check_op, lower_op
+from tessel.targets.opencl.kernels.testing import check_op, lower_op, run_op
 
 rng = np.random.default_rng(11)
 
@@ -204,3 +204,40 @@ def test_k_local_refused_when_it_does_not_fit() -> None:
     assert low.schedule["k_local"] == 0 and list(low.pack) == [1]
     with pytest.raises(NotLowerable, match="k_local=1 needs one key chunk"):
         lower_op("attention", types, {"scale": 1.0}, schedule={"k_local": 1})
+
+
+@pytest.mark.parametrize(
+    "schedule", [None, {"k_local": 0}, {"rows": 4, "chunk": 16}], ids=["k-local", "packed", "chunks"]
+)
+def test_safe_attention_zeroes_fully_masked_rows(schedule: dict | None) -> None:
+    """`safe`: a query whose every key is masked with -inf gives zeros (torch's safe softmax), not NaN;
+    one whose first chunk of keys is hidden and later keys visible is an ordinary row (the running max
+    starts at -inf and the chunk correction must not turn it into NaN)."""
+    s, d = 40, 16
+    q, k, v = randn(1, 2, s, d), randn(1, 2, s, d), randn(1, 2, s, d)
+    mask = np.zeros((1, 1, s, s), np.float32)
+    mask[0, 0, 3] = -np.inf  # row 3 sees nothing
+    mask[0, 0, 5, :20] = -np.inf  # row 5 sees only keys 20.. (past the first chunk of 16)
+    mask[0, 0, s - 1] = -np.inf  # the last row too (a tail row block)
+    attrs = {"scale": 0.25, "safe": True}
+    check_op("attention", [q, k, v, mask], attrs, schedule=schedule, rtol=2e-5, atol=2e-6)
+    (out,), _ = run_op("attention", [q, k, v, mask], attrs, schedule=schedule)
+    assert np.all(out[0, :, 3] == 0) and np.all(out[0, :, s - 1] == 0) and np.isfinite(out).all()
+
+
+def test_unsafe_attention_keeps_nan_rows() -> None:
+    """Without `safe` a fully masked row is NaN, as softmax over all -inf is, and a row whose first chunk
+    of keys is hidden is finite (it was NaN once: exp(-inf - -inf) in the first chunk)."""
+    s, d = 40, 4
+    q, k, v = randn(1, s, d), randn(1, s, d), randn(1, s, d)
+    mask = np.zeros((s, s), np.float32)
+    mask[2] = -np.inf
+    mask[5, :20] = -np.inf
+    schedule = {"rows": 4, "chunk": 16}
+    check_op("attention", [q, k, v, mask], {"scale": 1.0}, schedule=schedule, rtol=2e-5, atol=2e-6)
+    (out,), _ = run_op("attention", [q, k, v, mask], {"scale": 1.0}, schedule=schedule)
+    assert np.isnan(out[0, 2]).all() and np.isfinite(out[0, 5]).all()
+    _, low = lower_op("attention", [TensorType.of(a) for a in (q, k, v, mask)], {"scale": 1.0})
+    assert "safe" not in low.kernels[0].source
+    _, low = lower_op("attention", [TensorType.of(a) for a in (q, k, v, mask)], {"scale": 1.0, "safe": True})
+    assert "safe attention" in low.kernels[0].source

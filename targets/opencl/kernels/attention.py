@@ -27,7 +27,9 @@ v and the result are read and written in place with a row stride of H * D (the h
 D); a pack of k moves its head dim before the key panels ([..., Sk, H, D] -> [..., H, ceil(Sk/P), D, P]),
 so the kernel body is the same for both layouts. The schedule keys `rows` (R), `chunk` (T), `k_local` (0
 or 1) and `groups` (work-groups per head with k_local) override the defaults (8 rows, keys up to 512 per
-chunk, k_local when it fits, enough groups for 4 per compute unit).
+chunk, k_local when it fits, enough groups for 4 per compute unit). A row whose scores are all -inf so far
+subtracts 0 instead of its max (its exponentials are 0, and a later chunk with visible keys takes over);
+at the end its zero sum gives NaN as softmax does, or zeros with `safe` (torch's safe softmax).
 """
 
 from __future__ import annotations
@@ -149,6 +151,12 @@ def attention_template(ctx: Ctx) -> Lowered:
     wg = math.ceil(nrb / groups)  # row blocks per work-group (with k_local)
     vp, v1 = V(c, p), V(c, 1)
     scale = flit(float(np.dtype(q.np_dtype).type(ctx.attr("scale"))), c)
+    safe = bool(ctx.attr("safe"))
+
+    def reciprocal(x: str) -> str:
+        """1 / x, the row sum; safe: 0 for a row whose every score was -inf (its sum is 0)."""
+        inv = f"{flit(1.0, c)} / {x}"
+        return f"({x} > {flit(0.0, c)} ? {inv} : {flit(0.0, c)})" if safe else inv
 
     # batch offsets of each operand ------------------------------------------------------------------
     # packed, k is [..., H, ceil(Sk/P), D, P] whatever its layout: its bhsd view's batch dims, P-panels
@@ -295,17 +303,19 @@ def attention_template(ctx: Ctx) -> Lowered:
         "    mx = fmax(mx, x);",
         "}",
         f"const {c} mnew = fmax(mrow[r], mx);",
+        # a row masked with -inf so far subtracts 0: its exponentials are 0, not NaN, for the next chunks
+        f"const {c} msub = mnew == -INFINITY ? {flit(0.0, c)} : mnew;",
         f"{vp.t} sv = {zero};",
         "t = 0;",
         f"for (; t + {p} <= tn; t += {p}) {{",
-        f"    const {vp.t} e = exp(sv_r[t / {p}] - mnew);",
+        f"    const {vp.t} e = exp(sv_r[t / {p}] - msub);",
         f"    sv_r[t / {p}] = e;",
         "    sv += e;",
         "}",
         *fold_lanes("add", vp, "sv"),
         f"{c} sum = sv_s;",
         "for (; t < tn; ++t) {",
-        f"    const {c} e = exp(sr[t] - mnew);",
+        f"    const {c} e = exp(sr[t] - msub);",
         "    sr[t] = e;",
         "    sum += e;",
         "}",
@@ -314,7 +324,7 @@ def attention_template(ctx: Ctx) -> Lowered:
         row += ["lrow[r] = sum;"]
     else:
         row += [
-            f"const {c} corr = exp(mrow[r] - mnew);",
+            f"const {c} corr = mrow[r] == -INFINITY ? {flit(0.0, c)} : exp(mrow[r] - mnew);",
             "crow[r] = corr;",
             "lrow[r] = lrow[r] * corr + sum;",
         ]
@@ -324,7 +334,7 @@ def attention_template(ctx: Ctx) -> Lowered:
     # 3. probabilities times v, one column slice (or two) at a time
     if single:
         loop.append(f"{c} inv[{rows}];")
-        loop.append(f"for (int r = 0; r < {rows}; ++r) inv[r] = {flit(1.0, c)} / lrow[r];")
+        loop.append(f"for (int r = 0; r < {rows}; ++r) inv[r] = {reciprocal('lrow[r]')};")
     for group in _slice_groups(dv, p, 2 if rows <= 8 else 1):
         vw = V(c, group[0][1])
         names = [[f"b{r}" if i == 0 else f"b{r}_{i}" for i in range(len(group))] for r in range(rows)]
@@ -361,7 +371,7 @@ def attention_template(ctx: Ctx) -> Lowered:
     if not single:
         fin = [
             f"if (i0 + r >= {sq}) break;",
-            f"const {c} inv = {flit(1.0, c)} / lrow[r];",
+            f"const {c} inv = {reciprocal('lrow[r]')};",
             f"for (int i = 0; i < {dv}; ++i) ob[(i0 + r) * {o_row} + i] = o[r * {dv} + i] * inv;",
         ]
         body += [f"for (int r = 0; r < {rows}; ++r) {{", *indent(fin), "}"]
@@ -369,7 +379,8 @@ def attention_template(ctx: Ctx) -> Lowered:
     params = [f"__global const {c}* restrict in{i}" for i in range(len(ctx.operands))]
     params.append(f"__global {c}* restrict out0")
     what = (
-        f"attention ({layout}) q {q} k {k} v {v}{' with mask ' + str(ctx.operands[3]) if has_mask else ''}: "
+        f"{'safe ' if safe else ''}attention ({layout}) q {q} k {k} v {v}"
+        f"{' with mask ' + str(ctx.operands[3]) if has_mask else ''}: "
         f"{rows} rows x {p}-key panels, {'one chunk' if single else f'chunks of {chunk} keys'}"
     )
     if k_local:
