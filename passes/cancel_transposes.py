@@ -11,6 +11,10 @@ The patterns, each a fact about the ops it rewrites:
   and those that end elsewhere are materialized again before that user. `transpose -> relu ->
   transpose(inverse)` becomes `relu`.
 - A transpose that only moves size-1 dims (the other dims keep their order) becomes a `reshape`, a view.
+- `transpose(reshape(transpose(x, p)), q)` -> `reshape(transpose(transpose(x, p), q'))` when q moves
+  the dims the reshape merges or splits as blocks (torch exports transpose a [B, H, S, D] tensor as
+  [B*H, S, D] and reshape it back): the transposes meet and compose; `q'` is q on the reshape's operand's
+  dims, each merged dim's run of dims moved whole.
 
 It refuses to sink, with a missed remark (category `algebraic`, reason `would-duplicate`), a transpose
 whose path to a cancelling transpose branches to so many other users that sinking would not reduce the
@@ -47,6 +51,52 @@ def moves_only_unit_dims(shape: tuple[int | None, ...], perm: list[int]) -> bool
     """The dims of size other than 1 keep their relative order, so the transpose is a reshape."""
     kept = [p for p in perm if shape[p] != 1]
     return all(d is not None for d in shape) and kept == sorted(kept)
+
+
+def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """How a reshape from dims `a` to dims `b` regroups them: consecutive runs of a's dims and of b's dims
+    with equal products ([2, 4, 64] -> [8, 64]: ([0, 1], [0]), ([2], [1])); size-1 dims join the run they
+    fall in, trailing ones the last. None for an empty tensor."""
+    if 0 in a or 0 in b or not a or not b:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        ga, gb = [i], [j]
+        pa, pb = a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                ga.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                gb.append(j)
+                pb *= b[j]
+                j += 1
+        groups.append((ga, gb))
+    groups[-1][0].extend(range(i, len(a)))
+    groups[-1][1].extend(range(j, len(b)))
+    return groups
+
+
+def block_perm(a: tuple[int, ...], b: tuple[int, ...], q: list[int]) -> list[int] | None:
+    """The permutation of dims `a` doing what `q` does to dims `b` (b a reshape of a), when q moves each
+    group of `reshape_groups` as one block, its dims adjacent and in order; else None."""
+    groups = reshape_groups(a, b)
+    if groups is None:
+        return None
+    of = {d: g for g, (_, gb) in enumerate(groups) for d in gb}
+    order: list[int] = []
+    k = 0
+    while k < len(q):
+        g = of[q[k]]
+        gb = groups[g][1]
+        if q[k : k + len(gb)] != gb:
+            return None
+        order.append(g)
+        k += len(gb)
+    return [d for g in order for d in groups[g][0]]
 
 
 @dataclass
@@ -186,6 +236,27 @@ class Sinker:
         self.owner.stat("num-sunk")
         return True
 
+    def hoist_reshape(self, t: Op, rw: Rewriter) -> bool:
+        # transpose(reshape(transpose(x, p)), q) -> reshape(transpose(transpose(x, p), q')) when q moves
+        # the reshape's merged or split dims as blocks: the two transposes meet and compose
+        r = t.operands[0].op
+        if r is None or r.name != "reshape" or len(r.result.uses) != 1:
+            return False
+        y = r.operands[0]
+        if y.op is None or y.op.name != "transpose" or not (y.type.is_static and r.result.type.is_static):
+            return False
+        q = block_perm(y.type.dims, r.result.type.dims, perm_of(t))
+        if q is None:
+            return False
+        shape = tuple(y.type.dims[i] for i in q)
+        moved = rw.create(t, "transpose", [y], [y.type.with_shape(shape)], {"perm": q}, t.loc)
+        dims = list(t.result.type.dims)
+        new = rw.create(t, "reshape", [moved.result], [t.result.type], {"shape": dims}, t.loc)
+        new.result.name = t.result.name
+        rw.replace_op(t, [new.result])
+        self.owner.stat("num-hoisted")
+        return True
+
     def to_reshape(self, t: Op, rw: Rewriter) -> bool:
         # transpose(x, p) -> reshape(x) when p only moves size-1 dims
         x = t.operands[0]
@@ -207,13 +278,15 @@ class CancelTransposes(Pass):
         "num-rewrites": "Number of rewrites (compositions, cancellations, sinkings, dead ops erased)",
         "num-sunk": "Number of transposes sunk through elementwise ops toward a cancelling transpose",
         "num-to-reshape": "Number of transposes that only move size-1 dims turned into reshapes",
+        "num-hoisted": "Number of reshapes moved after the transpose reading them, so that it meets the "
+        "transpose before them",
     }
 
     def run(self, module: Module, ctx: PassContext) -> None:
         canonical = make_patterns(module)
         s = Sinker(self, module, ctx)
         patterns: dict[str, list[Pattern]] = {
-            "transpose": [*canonical["transpose"], s.sink, s.to_reshape],
+            "transpose": [*canonical["transpose"], s.hoist_reshape, s.sink, s.to_reshape],
             "reshape": canonical["reshape"],
         }
         self.stat("num-rewrites", apply_patterns_greedily(module, patterns))

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tessel.frontends.onnx.importer import import_model
 from tessel.ir.core import Module
 from tessel.ir.parser import parse_module
+from tessel.passes.cancel_transposes import block_perm
 from tessel.passes.manager import PassContext, PassManager, get_pass
 from tessel.targets.numpy.interpreter import random_inputs, run_func
 
@@ -305,6 +306,47 @@ func @f(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<
     apply(module, "cancel-transposes")
     assert op_names(module)["transpose"] == 1
     check_same(before, run(module))
+
+
+def _ty(shape: tuple[int, ...]) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}xf32>"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reshape_between_transposes_keeps_results(seed: int) -> None:
+    """transpose -> reshape (merging a run of dims, or splitting one, or adding a unit dim) -> transpose,
+    random shapes and permutations: the hoisted form computes the same, and when the second transpose moves
+    the merged or split dims whole the two transposes become one."""
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(2, 5))
+    x = tuple(int(d) for d in rng.integers(1, 5, rank))
+    p = [int(i) for i in rng.permutation(rank)]
+    t = tuple(x[i] for i in p)
+    kind = ["merge", "split", "unit"][seed % 3]
+    if kind == "merge":
+        a = int(rng.integers(0, rank - 1))
+        z = (*t[:a], t[a] * t[a + 1], *t[a + 2 :])
+    elif kind == "split":
+        a = int(rng.integers(0, rank))
+        z = (*t[:a], 2, t[a] // 2, *t[a + 1 :]) if t[a] % 2 == 0 else (*t[:a], t[a], 1, *t[a + 1 :])
+    else:
+        z = (1, *t)
+    q = [int(i) for i in rng.permutation(len(z))]
+    w = tuple(z[i] for i in q)
+    text = f"""
+func @f(%x: {_ty(x)}) -> {_ty(w)} {{
+  %0 = transpose %x {{perm = {p}}} : ({_ty(x)}) -> {_ty(t)}
+  %1 = reshape %0 {{shape = {list(z)}}} : ({_ty(t)}) -> {_ty(z)}
+  %2 = transpose %1 {{perm = {q}}} : ({_ty(z)}) -> {_ty(w)}
+  return %2 : {_ty(w)}
+}}
+"""
+    module = parse_module(text, "t.tsl")
+    before = run(module, seed)
+    apply(module, "cancel-transposes")
+    check_same(before, run(module, seed))
+    if block_perm(t, z, q) is not None:
+        assert op_names(module)["transpose"] <= 1
 
 
 # simplify-broadcasts -------------------------------------------------------------------------------------
