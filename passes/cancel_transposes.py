@@ -248,12 +248,23 @@ class Sinker:
         q = block_perm(y.type.dims, r.result.type.dims, perm_of(t))
         if q is None:
             return False
-        shape = tuple(y.type.dims[i] for i in q)
-        moved = rw.create(t, "transpose", [y], [y.type.with_shape(shape)], {"perm": q}, t.loc)
-        dims = list(t.result.type.dims)
-        new = rw.create(t, "reshape", [moved.result], [t.result.type], {"shape": dims}, t.loc)
-        new.result.name = t.result.name
-        rw.replace_op(t, [new.result])
+        x, p = y.op.operands[0], perm_of(y.op)
+        composed = [p[i] for i in q]  # the two transposes as one
+        moved = x
+        if composed != sorted(composed):
+            shape = tuple(x.type.dims[i] for i in composed)
+            tr = rw.create(t, "transpose", [x], [x.type.with_shape(shape)], {"perm": composed}, t.loc)
+            moved = tr.result
+        out = moved
+        if moved.type != t.result.type:
+            dims = list(t.result.type.dims)
+            out = rw.create(t, "reshape", [moved], [t.result.type], {"shape": dims}, t.loc).result
+        if out is not x:
+            out.name = t.result.name
+        rw.replace_op(t, [out])
+        for dead in (r, y.op):
+            if not dead.result.uses:
+                rw.erase_op(dead)
         self.owner.stat("num-hoisted")
         return True
 

@@ -38,6 +38,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "cancel-transposes": "tessel.passes.cancel_transposes",
     "simplify-broadcasts": "tessel.passes.simplify_broadcasts",
     "merge-sibling-matmuls": "tessel.passes.merge_sibling_matmuls",
+    "unflatten-gemm": "tessel.passes.unflatten_gemm",
     "recognize-gelu": "tessel.passes.recognize_gelu",
     "recognize-layernorm": "tessel.passes.recognize_layernorm",
     "recognize-softmax": "tessel.passes.recognize_softmax",

@@ -12,7 +12,7 @@ from .manager import Pass, get_pass, pass_names
 CLEANUP = "canonicalize,fold-constants,cse,canonicalize,dce"
 PATTERNS = "recognize-gelu,recognize-layernorm,recognize-softmax,recognize-attention"
 ALGEBRAIC = ("fold-batchnorm,fold-pad,decompose-conv-transpose,cancel-transposes,simplify-broadcasts,"
-             "merge-sibling-matmuls")
+             "unflatten-gemm,merge-sibling-matmuls")
 LAYOUT = "propagate-layout{layout=nchwc}"
 
 O_LEVELS: dict[int, str] = {

@@ -1,7 +1,7 @@
 """The algebraic passes (fold-batchnorm, fold-pad, cancel-transposes, simplify-broadcasts,
-merge-sibling-matmuls) keep what a module computes: every rewrite is checked on the numpy interpreter before
-and after the pass on random inputs, on the lit files' cases, on small ONNX models, and (fold-batchnorm) on a
-random-weight resnet50."""
+merge-sibling-matmuls, unflatten-gemm) keep what a module computes: every rewrite is checked on the numpy
+interpreter before and after the pass on random inputs, on the lit files' cases, on small ONNX models,
+and (fold-batchnorm) on a random-weight resnet50."""
 
 from __future__ import annotations
 
@@ -23,7 +23,14 @@ from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 ROOT = Path(__file__).resolve().parents[2]
 LIT = ROOT / "lit_tests" / "passes"
-PASSES = ("fold-batchnorm", "fold-pad", "cancel-transposes", "simplify-broadcasts", "merge-sibling-matmuls")
+PASSES = (
+    "fold-batchnorm",
+    "fold-pad",
+    "cancel-transposes",
+    "simplify-broadcasts",
+    "merge-sibling-matmuls",
+    "unflatten-gemm",
+)
 
 
 def run(module: Module, seed: int = 0) -> list[list[np.ndarray]]:
