@@ -31,7 +31,7 @@ from ..ir.core import Module, Op, Value
 from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
 from .canonicalize import make_patterns
-from .common import const_array, const_attr, const_op, make_const_attr
+from .common import const_array, const_attr, const_op, make_const_attr, reshape_groups
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
@@ -51,33 +51,6 @@ def moves_only_unit_dims(shape: tuple[int | None, ...], perm: list[int]) -> bool
     """The dims of size other than 1 keep their relative order, so the transpose is a reshape."""
     kept = [p for p in perm if shape[p] != 1]
     return all(d is not None for d in shape) and kept == sorted(kept)
-
-
-def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
-    """How a reshape from dims `a` to dims `b` regroups them: consecutive runs of a's dims and of b's dims
-    with equal products ([2, 4, 64] -> [8, 64]: ([0, 1], [0]), ([2], [1])); size-1 dims join the run they
-    fall in, trailing ones the last. None for an empty tensor."""
-    if 0 in a or 0 in b or not a or not b:
-        return None
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        ga, gb = [i], [j]
-        pa, pb = a[i], b[j]
-        i, j = i + 1, j + 1
-        while pa != pb:
-            if pa < pb:
-                ga.append(i)
-                pa *= a[i]
-                i += 1
-            else:
-                gb.append(j)
-                pb *= b[j]
-                j += 1
-        groups.append((ga, gb))
-    groups[-1][0].extend(range(i, len(a)))
-    groups[-1][1].extend(range(j, len(b)))
-    return groups
 
 
 def block_perm(a: tuple[int, ...], b: tuple[int, ...], q: list[int]) -> list[int] | None:

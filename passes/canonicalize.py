@@ -7,11 +7,14 @@ a rewrite that would (e.g. `x + 0` where the zero broadcasts `x` to a larger sha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from ..ir.attributes import DenseAttr
 from ..ir.core import Module, Op, Value
 from ..ir.ops.registry import load_all
-from .common import const_attr, splat_value
+from ..ir.types import TensorType
+from .common import const_attr, reshape_groups, splat_value
 from .manager import Pass, PassContext
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
@@ -23,6 +26,60 @@ def _same_type(op: Op, v: Value) -> bool:
 def _is_splat(module: Module, v: Value, x: float) -> bool:
     s = splat_value(v, module)
     return s is not None and not isinstance(s, bool) and s == x
+
+
+def unit_reshape_first(
+    w: TensorType, p: list[int], y: TensorType
+) -> tuple[tuple[int, ...], list[int]] | None:
+    """For reshape(transpose(w, p)) of type y, where the reshape only adds or drops size-1 dims: (shape, q)
+    with transpose(reshape(w, shape), q) the same tensor and q keeping y's size-1 dims in place; None when
+    the shapes are not static or the reshape does more."""
+    if not (w.is_static and y.is_static):
+        return None
+    t = [w.dims[i] for i in p]
+    if [d for d in t if d != 1] != [d for d in y.dims if d != 1]:
+        return None
+    w_big = [i for i, d in enumerate(w.dims) if d != 1]
+    y_big = [i for i, d in enumerate(y.dims) if d != 1]
+    shape = list(y.dims)
+    for pos, i in zip(y_big, w_big, strict=True):  # w's big dims, in w's order, at y's big positions
+        shape[pos] = w.dims[i]
+    q = list(range(y.rank))
+    src = [p[j] for j, d in enumerate(t) if d != 1]  # w's dim behind each of y's big dims, in y's order
+    for pos, i in zip(y_big, src, strict=True):
+        q[pos] = y_big[w_big.index(i)]
+    return tuple(shape), q
+
+
+def scalar_index(g: Op) -> int | None:
+    """A gather's index when it is one constant integer (rank 0), made non-negative; else None."""
+    a = const_attr(g.operands[1])
+    if not isinstance(a, DenseAttr) or g.operands[1].type.rank != 0 or a.data.dtype.kind not in "iu":
+        return None
+    x = g.operands[0].type
+    axis = int(g.attrs.get("axis", 0)) % x.rank  # type: ignore[arg-type]
+    d = x.shape[axis]
+    i = int(a.data.reshape(()))
+    if d is None or not -d <= i < d:
+        return None
+    return i % d
+
+
+def split_axis(x: tuple[int, ...], z: tuple[int, ...], b: int) -> tuple[int, int] | None:
+    """(j, inner) when a reshape of dims x to dims z splits x's dim j into z's dims b.. (b the first, size-1
+    dims aside): index i along z's dim b is x's rows [i * inner, (i + 1) * inner) along j."""
+    groups = reshape_groups(x, z)
+    if groups is None:
+        return None
+    for gx, gz in groups:
+        if b not in gz:
+            continue
+        big_x = [k for k in gx if x[k] != 1]
+        big_z = [k for k in gz if z[k] != 1]
+        if len(big_x) != 1 or not big_z or big_z[0] != b:
+            return None
+        return big_x[0], math.prod(z[k] for k in gz if k > b)
+    return None
 
 
 def make_patterns(module: Module) -> dict[str, list[Pattern]]:
@@ -127,6 +184,88 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         rw.replace_op(op, [back.result])
         return True
 
+    def reshape_before_transpose(op: Op, rw: Rewriter) -> bool:
+        # reshape(transpose(w, p)) -> transpose(reshape(w), q) when the reshape only adds or drops size-1
+        # dims and the transpose has no other use: the transpose comes last, keeping the size-1 dims in place,
+        # where the op reading it can absorb it (attention's q, k, v after torch's [H, S, D] -> [1, H, S, D])
+        t = op.operands[0].op
+        if t is None or t.name != "transpose" or len(t.result.uses) != 1:
+            return False
+        w = t.operands[0]
+        moved = unit_reshape_first(w.type, [int(i) for i in t.attrs["perm"]], op.result.type)  # type: ignore[union-attr]
+        if moved is None:
+            return False
+        shape, q = moved
+        x = w if shape == w.type.dims else rw.create(op, "reshape", [w], [w.type.with_shape(shape)],
+                                                     {"shape": list(shape)}, t.loc).result
+        out = x
+        if q != sorted(q):
+            out = rw.create(op, "transpose", [x], [op.result.type], {"perm": q}, t.loc).result
+        if out is not w:
+            out.name = op.result.name
+        rw.replace_op(op, [out])
+        return True
+
+    def gather_before_transpose(op: Op, rw: Rewriter) -> bool:
+        # gather(transpose(z, p), i, axis a) -> gather(z, i, axis p[a]) for a scalar constant i, when the
+        # other dims keep their order (size-1 dims aside): the transpose only moved the gathered axis
+        t = op.operands[0].op
+        i = scalar_index(op)
+        if t is None or t.name != "transpose" or i is None:
+            return False
+        p = [int(d) for d in t.attrs["perm"]]  # type: ignore[union-attr]
+        z = t.operands[0]
+        a = int(op.attrs.get("axis", 0)) % len(p)  # type: ignore[arg-type]
+        b = p[a]
+        rest = [d for d in p if d != b]
+        if not z.type.is_static or [d for d in rest if z.type.dims[d] != 1] != sorted(
+            d for d in rest if z.type.dims[d] != 1
+        ):
+            return False
+        dims = tuple(z.type.dims[d] for d in range(z.type.rank) if d != b)
+        g = rw.create(op, "gather", [z, op.operands[1]], [op.result.type.with_shape(dims)], {"axis": b})
+        out = g.result
+        if dims != op.result.type.dims:
+            shape = list(op.result.type.dims)
+            out = rw.create(op, "reshape", [out], [op.result.type], {"shape": shape}).result
+        out.name = op.result.name
+        rw.replace_op(op, [out])
+        return True
+
+    def gathers_to_split(op: Op, rw: Rewriter) -> bool:
+        # gather(reshape(x), i, axis b) for i = 0..n-1 -> the pieces of split(x) along x's dim j, when the
+        # reshape splits j into [n, ...] with b its first part: torch's unbind of a fused QKV projection
+        r = op.operands[0].op
+        if r is None or r.name != "reshape" or scalar_index(op) is None:
+            return False
+        x, z = r.operands[0], r.result
+        if not (x.type.is_static and z.type.is_static):
+            return False
+        b = int(op.attrs.get("axis", 0)) % z.type.rank  # type: ignore[arg-type]
+        users = [u for u, _ in z.uses]
+        if any(
+            u.name != "gather" or u.operands[0] is not z or scalar_index(u) is None
+            or int(u.attrs.get("axis", 0)) % z.type.rank != b  # type: ignore[arg-type]
+            for u in users
+        ):
+            return False
+        n = z.type.dims[b]
+        if {scalar_index(u) for u in users} != set(range(n)):
+            return False
+        piece = split_axis(x.type.dims, z.type.dims, b)
+        if piece is None:
+            return False
+        j, inner = piece
+        pt = x.type.with_shape(tuple(inner if k == j else d for k, d in enumerate(x.type.dims)))
+        sp = rw.create(op, "split", [x], [pt] * n, {"axis": j, "sizes": [inner] * n}, r.loc)
+        for u in users:
+            out = sp.results[scalar_index(u)]  # type: ignore[index]
+            if out.type != u.result.type:
+                out = rw.create(u, "reshape", [out], [u.result.type], {"shape": list(u.result.type.dims)},
+                                u.loc).result
+            rw.replace_op(u, [out])
+        return True
+
     def square(op: Op, rw: Rewriter) -> bool:
         # pow(x, 2) -> x * x for float x: the correctly rounded square either way (NaN, inf, -0 too), and a
         # multiply instead of OpenCL's pow (RMSNorm's x.pow(2): ~75 ns an element on PoCL)
@@ -146,7 +285,8 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         "pow": [neutral(1.0, False), square],
         "identity": [forward_operand],
         "transpose": [compose_transposes],
-        "reshape": [compose_reshapes],
+        "reshape": [compose_reshapes, reshape_before_transpose],
+        "gather": [gather_before_transpose, gathers_to_split],
         "cast": [noop_if_same_type],
         "expand": [noop_if_same_type],
         "tile": [noop_tile],

@@ -120,3 +120,30 @@ class Refuser:
         self.seen.add((id(root), reason))
         self.pass_.stat("num-refused")
         self.ctx.remark_missed("pattern", reason, ops, message)
+
+
+def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """How a reshape from dims `a` to dims `b` regroups them: consecutive runs of a's dims and of b's dims
+    with equal products ([2, 4, 64] -> [8, 64]: ([0, 1], [0]), ([2], [1])); size-1 dims join the run they
+    fall in, trailing ones the last. None for an empty tensor."""
+    if 0 in a or 0 in b or not a or not b:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        ga, gb = [i], [j]
+        pa, pb = a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                ga.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                gb.append(j)
+                pb *= b[j]
+                j += 1
+        groups.append((ga, gb))
+    groups[-1][0].extend(range(i, len(a)))
+    groups[-1][1].extend(range(j, len(b)))
+    return groups

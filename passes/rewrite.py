@@ -30,7 +30,9 @@ class Rewriter:
     def __init__(self) -> None:
         self.worklist: deque[Op] = deque()
         self.queued: set[int] = set()
-        self.erased: set[int] = set()
+        # erased ops by id, kept alive: a freed op's id would be reused by a new op, which push() would
+        # then take for erased and never visit
+        self.erased: dict[int, Op] = {}
         self.rewrites = 0
 
     def push(self, op: Op | None) -> None:
@@ -69,7 +71,7 @@ class Rewriter:
     def erase_op(self, op: Op) -> None:
         producers = [v.op for v in op.operands]
         op.erase()
-        self.erased.add(id(op))
+        self.erased[id(op)] = op
         for p in producers:
             self.push(p)
 

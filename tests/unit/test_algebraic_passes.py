@@ -1,7 +1,7 @@
 """The algebraic passes (fold-batchnorm, fold-pad, cancel-transposes, simplify-broadcasts,
-merge-sibling-matmuls, unflatten-gemm) keep what a module computes: every rewrite is checked on the numpy
-interpreter before and after the pass on random inputs, on the lit files' cases, on small ONNX models,
-and (fold-batchnorm) on a random-weight resnet50."""
+merge-sibling-matmuls, unflatten-gemm; canonicalize's lit cases too) keep what a module computes: every
+rewrite is checked on the numpy interpreter before and after the pass on random inputs, on the lit files'
+cases, on small ONNX models, and (fold-batchnorm) on a random-weight resnet50."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ PASSES = (
     "simplify-broadcasts",
     "merge-sibling-matmuls",
     "unflatten-gemm",
+    "canonicalize",
 )
 
 
