@@ -28,6 +28,11 @@ def _is_splat(module: Module, v: Value, x: float) -> bool:
     return s is not None and not isinstance(s, bool) and s == x
 
 
+MAX_SPLIT_PIECES = 16
+"""gathers_to_split makes splits of at most this many pieces (QKV's unbind has 3): a split that fuse writes
+from a matmul's epilogue is one kernel with a buffer argument a piece; more gathers stay gathers."""
+
+
 def unit_reshape_first(
     w: TensorType, p: list[int], y: TensorType
 ) -> tuple[tuple[int, ...], list[int]] | None:
@@ -250,7 +255,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         ):
             return False
         n = z.type.dims[b]
-        if {scalar_index(u) for u in users} != set(range(n)):
+        if n > MAX_SPLIT_PIECES or {scalar_index(u) for u in users} != set(range(n)):
             return False
         piece = split_axis(x.type.dims, z.type.dims, b)
         if piece is None:
