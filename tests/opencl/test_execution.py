@@ -203,3 +203,61 @@ def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.M
     exe._adapt(inputs(m.funcs[0], 0))
     assert exe.adapt_note.startswith("cooperative: "), exe.adapt_note
     assert exe.placement == ["cooperative"] * len(exe._live)
+
+
+def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto` chose inline while the VM ran at one core's speed; once both cores are back, the first run
+    after RECHECK_SECONDS times the choice beside the runner-up (cooperative) and switches. Later rechecks
+    wait longer when a recheck is a large share of the time, and a recheck that finds nothing faster keeps
+    the choice and tries the next way the time after."""
+    needs_companion()
+    from tessel.targets.opencl import runtime
+
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    if exe._cooperative_runner() is None:
+        pytest.skip("this device cannot run cooperatively")
+    clock = {"now": 0.0}
+    one_core = {"pool": 1.6, "inline": 1.0, "cooperative": 1.3, "hybrid": 1.5}
+    both = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
+    cost = dict(one_core)
+    ran: list[str] = []
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: clock["now"])
+
+    def enqueue(_inputs):  # noqa: ANN001, ANN202
+        way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
+        ran.append(way)
+        clock["now"] += cost[way] * 1e-3
+        return [[]], []
+
+    def place(where):  # noqa: ANN001, ANN202
+        exe.placement = list(where)
+
+    monkeypatch.setattr(exe, "enqueue", enqueue)
+    monkeypatch.setattr(exe, "place", place)
+    monkeypatch.setattr(exe, "_step_us", lambda device, kernels: [1.0] * len(exe._live))
+    x = inputs(m.funcs[0], 0)
+    exe._adapt(x)
+    assert exe.adapt_note.startswith("inline: ") and exe.placement[0] == "inline"
+    cost.update(both)
+    exe.run(x)  # too soon: no recheck
+    assert exe.placement[0] == "inline" and ran[-1] == "inline"
+    clock["now"] += runtime.RECHECK_SECONDS
+    del ran[:]
+    exe.run(x)
+    assert ran[:-1].count("cooperative") == ran[:-1].count("inline") == 2 * runtime.RECHECK_CYCLES
+    assert exe.placement[0] == "cooperative" and ran[-1] == "cooperative"
+    assert exe.adapt_note.startswith("cooperative: ") and "rechecked: inline had been chosen" in exe.adapt_note
+    # that recheck took 16 runs (~13 ms): the next waits until rechecks are RECHECK_SHARE of the time
+    assert exe._choice is not None
+    wait = exe._choice[3] - clock["now"]
+    assert wait > runtime.RECHECK_SECONDS
+    clock["now"] += runtime.RECHECK_SECONDS
+    exe.run(x)
+    assert exe._choice[1][0] == "inline"  # not yet
+    # nothing beats cooperative now: the next recheck keeps it and moves on to the next way
+    clock["now"] += wait
+    exe.run(x)
+    assert exe.placement[0] == "cooperative" and exe._choice is not None
+    best, others, _, _ = exe._choice
+    assert best == "cooperative" and others[-1] == "inline"
