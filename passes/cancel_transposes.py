@@ -221,23 +221,12 @@ class Sinker:
         q = block_perm(y.type.dims, r.result.type.dims, perm_of(t))
         if q is None:
             return False
-        x, p = y.op.operands[0], perm_of(y.op)
-        composed = [p[i] for i in q]  # the two transposes as one
-        moved = x
-        if composed != sorted(composed):
-            shape = tuple(x.type.dims[i] for i in composed)
-            tr = rw.create(t, "transpose", [x], [x.type.with_shape(shape)], {"perm": composed}, t.loc)
-            moved = tr.result
-        out = moved
-        if moved.type != t.result.type:
-            dims = list(t.result.type.dims)
-            out = rw.create(t, "reshape", [moved], [t.result.type], {"shape": dims}, t.loc).result
-        if out is not x:
-            out.name = t.result.name
-        rw.replace_op(t, [out])
-        for dead in (r, y.op):
-            if not dead.result.uses:
-                rw.erase_op(dead)
+        moved = rw.create(t, "transpose", [y], [y.type.with_shape(tuple(y.type.dims[i] for i in q))],
+                          {"perm": q}, t.loc)  # meets y's transpose: the compose pattern joins them
+        out = rw.create(t, "reshape", [moved.result], [t.result.type], {"shape": list(t.result.type.dims)},
+                        t.loc)
+        out.result.name = t.result.name
+        rw.replace_op(t, [out.result])
         self.owner.stat("num-hoisted")
         return True
 

@@ -16,8 +16,8 @@ as it is. The reshape of a usually meets the reshape that flattened it, and both
 
 It refuses, with a missed remark (category `algebraic`), a gemm reshaped back to a batch whose alpha is
 not 1 or that reads A transposed (`gemm-attrs`), or whose B is transposed and not a constant
-(`not-constant`: a transpose kernel would cost more than the reshape). A gemm with another user, or
-whose reshape changes the last axis, is left alone silently.
+(`not-constant`: a transpose kernel would cost more than the reshape). A gemm with another user, with an
+operand of dynamic shape, or whose reshape changes the last axis, is left alone silently.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class UnflattenGemm(Pass):
             g = producer(op.operands[0], "gemm")
             if g is None or len(g.result.uses) != 1 or not splits_rows(op):
                 return False
+            if not all(v.type.is_static for v in g.operands):
+                return False  # shapes to reshape and transpose must be known
             a, b = g.operands[:2]
             c = g.operands[2] if len(g.operands) > 2 else None
             alpha = float(g.attrs.get("alpha", 1.0))  # type: ignore[arg-type]

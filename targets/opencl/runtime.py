@@ -118,6 +118,16 @@ the time since the last."""
 
 
 @dataclass
+class Choice:
+    """What `auto` chose, kept for its rechecks."""
+
+    way: str  # the way runs go now
+    others: list[str]  # the other ways, the one the next recheck tries first
+    plans: dict[str, list[str]]  # each way's placement of the steps
+    recheck_at: float  # perf_counter() time of the next recheck
+
+
+@dataclass
 class RunStats:
     seconds: list[float] = field(default_factory=list)
     kernel_ns: dict[int, list[int]] = field(default_factory=dict)  # step index -> times
@@ -153,9 +163,7 @@ class Executable:
         self.adapt_note = ""
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
-        self._choice: tuple[str, list[str], dict[str, list[str]], float] | None = None
-        """After `auto` chose: (its choice, the other ways from fastest to slowest, each way's placement,
-        when to recheck), for the rechecks."""
+        self._choice: Choice | None = None  # once `auto` has compared the ways
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
         self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)
         self._cooperative_tried = False  # whether _cooperative_runner has tried to make it
@@ -474,14 +482,14 @@ class Executable:
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
         others = [k for k in sorted(ratio, key=lambda k: ratio[k]) if k != best]
-        self._choice = (best, others, plans, time.perf_counter() + RECHECK_SECONDS)
+        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS)
 
     def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
         """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
         of the last comparison first, the next way at each following recheck. Switch when it now takes
         under ADAPT_MARGIN of the choice's time (by the median ratio)."""
         assert self._choice is not None
-        best, others, plans, _ = self._choice
+        best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
         t0 = time.perf_counter()
         times = self._interleaved(inputs, {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
@@ -496,7 +504,7 @@ class Executable:
         self.place(plans[best])
         done = time.perf_counter()
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
-        self._choice = (best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE))
+        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE))
 
     def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
                      block: int) -> dict[str, list[float]]:
@@ -591,7 +599,8 @@ class Executable:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self._count(inputs)
-        if self._choice is not None and self._choice[1] and time.perf_counter() >= self._choice[3]:
+        choice = self._choice
+        if choice is not None and choice.others and time.perf_counter() >= choice.recheck_at:
             self._recheck(inputs)
         return self.enqueue(inputs)[0]
 

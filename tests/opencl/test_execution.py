@@ -247,17 +247,17 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     exe.run(x)
     assert ran[:-1].count("cooperative") == ran[:-1].count("inline") == 2 * runtime.RECHECK_CYCLES
     assert exe.placement[0] == "cooperative" and ran[-1] == "cooperative"
-    assert exe.adapt_note.startswith("cooperative: ") and "rechecked: inline had been chosen" in exe.adapt_note
+    assert exe.adapt_note.startswith("cooperative: ")
+    assert "rechecked: inline had been chosen" in exe.adapt_note
     # that recheck took 16 runs (~13 ms): the next waits until rechecks are RECHECK_SHARE of the time
     assert exe._choice is not None
-    wait = exe._choice[3] - clock["now"]
+    wait = exe._choice.recheck_at - clock["now"]
     assert wait > runtime.RECHECK_SECONDS
     clock["now"] += runtime.RECHECK_SECONDS
     exe.run(x)
-    assert exe._choice[1][0] == "inline"  # not yet
+    assert exe._choice.others[0] == "inline"  # not yet
     # nothing beats cooperative now: the next recheck keeps it and moves on to the next way
     clock["now"] += wait
     exe.run(x)
     assert exe.placement[0] == "cooperative" and exe._choice is not None
-    best, others, _, _ = exe._choice
-    assert best == "cooperative" and others[-1] == "inline"
+    assert exe._choice.way == "cooperative" and exe._choice.others[-1] == "inline"
