@@ -192,6 +192,14 @@ def test_dense_conv_partial_block_zeroes_its_padding_in_the_stores() -> None:
     ins, attrs = conv_case(1, 16, 40, 8, 1)  # two whole columns and a partial one
     low = check_blocked("conv2d", ins, attrs, 16, 16, epilogue=True, schedule={"cols": 16, "vcols": 1})
     assert not any("zero channels" in k.source for k in low.kernels)
+    # several columns a work-item, each a block: the partial one stores its zeros, none computes past
+    # the blocks (an RGB stem of 24 channels: two 16-wide columns, not three, and no zeroing kernel)
+    for ins, attrs in (conv_case(1, 3, 24, 12, 3, s=2, p=1), conv_case(1, 16, 40, 8, 1)):
+        for schedule in (None, {"vcols": 3}):
+            low = check_blocked("conv2d", ins, attrs, 0, 16, epilogue=True, schedule=schedule)
+            assert low.schedule["cols"] == 16 and not any("zero channels" in k.source for k in low.kernels)
+    low = check_blocked("conv2d", *conv_case(1, 3, 24, 12, 3, s=2, p=1), 0, 16)
+    assert low.schedule["vcols"] == 2, low.schedule
 
 
 def test_conv2d_blocked_schedule_and_refusals() -> None:
