@@ -174,7 +174,6 @@ class Prepared:
     def __init__(
         self, timer: Timer, shape: Shape, schedule: dict[str, Any], cold: bool, baseline: Any = None
     ) -> None:
-        from tessel.ir.layout_util import pack_operand
         from tessel.ir.ops.layout import pack_array
         from tessel.targets.opencl.kernels.testing import build
 
@@ -187,8 +186,7 @@ class Prepared:
         if shape.in_block:
             arrays[0] = pack_array(arrays[0], [1], [shape.in_block], [])
         for i, spec in self.low.pack.items():
-            src = arrays[i].reshape(spec.reshape) if spec.reshape else arrays[i]
-            arrays[i] = pack_operand(src, spec.attrs())
+            arrays[i] = spec.apply(arrays[i])
         self.bufs = {f"in{i}": timer.buffer(a) for i, a in enumerate(arrays) if i != 1}
         self.copies = timer.weights(shape, self.low.pack.get(1), arrays[1], cold)
         dims = tuple(self.ctx.results[0].dims)

@@ -137,7 +137,8 @@ class OpDef:
 
 REGISTRY: dict[str, OpDef] = {}
 FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape",
-            "tensor_extra", "misc", "signal", "layout", "kernel", "attention", "recurrent", "target")
+            "tensor_extra", "misc", "signal", "layout", "winograd", "kernel", "attention", "recurrent",
+            "target")
 _loaded = False
 
 

@@ -33,6 +33,7 @@ from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
 
 VIEW_OPS = ("reshape", "identity")
 HOST_OPS = ("const",)
+NOT_LABELS = ("const", "pack", "unpack", "winograd_filter", "winograd_unfilter")  # not in a kernel's name
 
 
 @dataclass
@@ -224,20 +225,19 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
             reshape = Op("reshape", [operands[i]], [t], {"shape": list(spec.reshape)}, loc=op.loc)
             _lower_op(module, block, reshape, st)
             operands[i] = block.ops[-1].results[0]
-        pdef = get_op("pack")
+        pdef = get_op(spec.op)
         assert pdef is not None
         packed = pdef.infer(pdef.sig([operands[i].type], spec.attrs()))
-        pack = Op("pack", [operands[i]], packed, spec.attrs(), loc=op.loc)
+        pack = Op(spec.op, [operands[i]], packed, spec.attrs(), loc=op.loc)
         _lower_op(module, block, pack, st)
         operands[i] = block.ops[-1].results[0]
     body = Block([v.type for v in operands])
     args: list[Value] = list(body.args)
     for i, spec in sorted(low.pack.items()):
-        attrs = {k: v for k, v in spec.attrs().items() if k != "padding_value"}
         original = op.operands[i].type
         shape = tuple(spec.reshape) or original.dims
-        attrs["shape"] = list(shape)
-        un = body.append(Op("unpack", [args[i]], [TensorType(shape, original.dtype)], attrs, loc=op.loc))
+        name, attrs = spec.inverse(shape)
+        un = body.append(Op(name, [args[i]], [TensorType(shape, original.dtype)], attrs, loc=op.loc))
         args[i] = un.results[0]
         if spec.reshape:
             back = Op("reshape", [args[i]], [original], {"shape": list(original.dims)}, loc=op.loc)
@@ -250,7 +250,7 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     kernels: list[dict[str, Any]] = []
     label = op.name
     if op.name == "kernel":  # name a fused kernel by its ops: k7_conv2d_add_relu
-        label = "_".join(o.name for o in region_ops(inner) if o.name not in ("const", "pack", "unpack"))[:40]
+        label = "_".join(o.name for o in region_ops(inner) if o.name not in NOT_LABELS)[:40]
     default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]
     for k in low.kernels:
         entry: dict[str, Any] = {

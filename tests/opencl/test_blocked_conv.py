@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tessel.ir.layout_util import pack_operand
 from tessel.ir.ops.layout import pack_array, unpack_array
 from tessel.ir.ops.registry import get_op
 from tessel.ir.types import TensorType
@@ -38,14 +37,15 @@ def index_epilogue(v: str, i: str, lanes: int) -> str:
 
 
 def make_ctx(
-    op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any], schedule: dict[str, Any] | None = None
+    op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any], schedule: dict[str, Any] | None = None,
+    constant: tuple[bool, ...] = (),
 ) -> Ctx:
     opdef = get_op(op_name)
     assert opdef is not None
     sig = opdef.sig([TensorType.of(a) for a in inputs], attrs)
     sig.results = opdef.infer(sig)
     info = DeviceInfo.generic()  # the AVX-512 tiles these tests pin (test_gemm_conv pins AVX2's)
-    return Ctx(op_name, sig, info, (False,) * len(inputs), dict(schedule or {}))
+    return Ctx(op_name, sig, info, constant or (False,) * len(inputs), dict(schedule or {}))
 
 
 def run_lowered(
@@ -62,8 +62,7 @@ def run_lowered(
     if in_block:
         arrays[0] = pack_array(arrays[0], [1], [in_block], [])
     for i, spec in low.pack.items():
-        src = arrays[i].reshape(spec.reshape) if spec.reshape else arrays[i]
-        arrays[i] = pack_operand(src, spec.attrs())
+        arrays[i] = spec.apply(arrays[i])
     mf = cl.mem_flags
     ins = [cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
     size = int(np.prod(out_shape))
@@ -93,8 +92,9 @@ def check_blocked(
     epilogue: bool = False,
     schedule: dict[str, Any] | None = None,
     lower: Any = None,
+    constant: tuple[bool, ...] = (),
 ) -> Lowered:
-    ctx = make_ctx(op_name, inputs, attrs, schedule)
+    ctx = make_ctx(op_name, inputs, attrs, schedule, constant)
     opdef = get_op(op_name)
     assert opdef is not None
     want = np.asarray(opdef.reference(ctx.sig, *inputs), np.float32)

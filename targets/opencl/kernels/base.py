@@ -67,10 +67,33 @@ class PackSpec:
     outer_dims_perm: tuple[int, ...] = ()
     padding_value: float = 0.0
     reshape: tuple[int, ...] = ()  # row-major reshape applied before packing (e.g. split O into groups)
+    transform: str = ""  # "winograd": a `winograd_filter` op instead of a `pack` (no tiles then)
 
     def attrs(self) -> dict[str, Any]:
+        if self.transform:
+            return {}
         return {"inner_dims_pos": list(self.inner_dims_pos), "inner_tiles": list(self.inner_tiles),
                 "outer_dims_perm": list(self.outer_dims_perm), "padding_value": float(self.padding_value)}
+
+    @property
+    def op(self) -> str:
+        """The op doing the packing; `inverse` undoes it in the launch's reference body."""
+        return {"winograd": "winograd_filter"}.get(self.transform, "pack")
+
+    def inverse(self, shape: tuple[int, ...]) -> tuple[str, dict[str, Any]]:
+        """(op, attrs) of the op that recovers the operand, of `shape`, from its packed form."""
+        if self.transform:
+            return "winograd_unfilter", {"shape": list(shape)}
+        attrs = {k: v for k, v in self.attrs().items() if k != "padding_value"}
+        return "unpack", {**attrs, "shape": list(shape)}
+
+    def apply(self, x: Any) -> Any:
+        """The packed array, as the op would compute it (for tests and benchmarks, which hold arrays)."""
+        from ....ir.layout_util import pack_operand
+        from ....ir.ops.winograd import transform_filter
+
+        x = x.reshape(self.reshape) if self.reshape else x
+        return transform_filter(x) if self.transform else pack_operand(x, self.attrs())
 
 
 @dataclass

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
 from .gemm import Epilogue, check_float32, pick_cols, vtype
+from .winograd import lower_winograd, winograd_fits
 
 LANES = "0123456789abcdef"
 
@@ -941,6 +942,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         raise NotLowerable("a fused resize reads an NCHW input")
     geo = Geometry(ctx)
     geo.in_block, geo.out_block, geo.up, geo.scale = in_block, out_block, upsample, in_scale
+    if winograd_fits(ctx, geo, fused=bool(upsample or in_scale or expand or channel_map)):
+        return lower_winograd(ctx, geo, epilogue)  # 3x3 stride 1: 16 multiplications a tile, not 36
     has_bias = len(ctx.operands) > 2
     nc = int(ctx.schedule.get("vcols", pick_vcols(geo, pixel_cap(ctx))))
     asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))

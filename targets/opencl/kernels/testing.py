@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from ....ir.layout_util import pack_operand
 from ....ir.ops.registry import get_op
 from ....ir.types import TensorType
 from .. import device as dev
@@ -77,8 +76,7 @@ def run_op(
     ctx, lowered = lower_op(op_name, types, dict(attrs or {}), schedule=schedule, info=info)
     arrays = [np.ascontiguousarray(a) for a in inputs]
     for i, spec in lowered.pack.items():
-        src = arrays[i].reshape(spec.reshape) if spec.reshape else arrays[i]
-        arrays[i] = pack_operand(src, spec.attrs())
+        arrays[i] = spec.apply(arrays[i])
     mf = cl.mem_flags
     ins = [
         cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
