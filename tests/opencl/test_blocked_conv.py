@@ -93,6 +93,7 @@ def check_blocked(
     schedule: dict[str, Any] | None = None,
     lower: Any = None,
     constant: tuple[bool, ...] = (),
+    atol: float = 1e-4,
 ) -> Lowered:
     ctx = make_ctx(op_name, inputs, attrs, schedule, constant)
     opdef = get_op(op_name)
@@ -115,7 +116,7 @@ def check_blocked(
         tail = got[:, -1, ..., c % out_block :] if c % out_block else got[:, :0]
         assert (tail == 0).all(), "the channel padding of a blocked output must be zeros"
         got = unpack_array(got, list(ctx.results[0].dims), [1], [out_block], [])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{op_name} {attrs}")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=f"{op_name} {attrs}")
     return low
 
 

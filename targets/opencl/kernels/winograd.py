@@ -1,30 +1,30 @@
-"""3x3 stride-1 convolutions by Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2015).
+"""3x3 stride-1 convolutions by Winograd's minimal filtering F(m x m, 3x3), m = 2 or 4 (Lavin & Gray, 2015).
 
-Each 2x2 block of output pixels (a tile) is A^T [(G g G^T) . (B^T d B)] A over its 4x4 input patch d: 16
-multiplications an input channel where the direct conv does 36, so the product, the part at the FMA peak,
-shrinks 2.25x. Three kernels:
-1. input transform: a work-item per (tile, 16 input channels) loads the 4x4 patch (pads and tails read as
-   zeros; NCHW or NCHW16c input) and stores the 16 vectors V[xi] = (B^T d B)[xi] to scratch tmp0, laid out
-   [16, tiles (padded to a multiple of `rows`), Cp] (Cp: C padded to 16);
+Each m x m block of output pixels (a tile) is A^T [(G g G^T) . (B^T d B)] A over its a x a input patch d
+(a = m + 2): a^2 multiplications an input channel where the direct conv does 9 m^2 (F(2x2): 16 for 36,
+F(4x4): 36 for 144), so the product, the part at the FMA peak, shrinks 2.25x or 4x. Three kernels:
+1. input transform: a work-item per (tile, 16 input channels) loads the a x a patch (pads and tails read as
+   zeros; NCHW or NCHW16c input) and stores the a^2 vectors V[xi] = (B^T d B)[xi] to scratch tmp0, laid
+   out [a^2, tiles (padded to a multiple of `rows`), Cp] (Cp: C padded to 16);
 2. a batched GEMM M[xi] = V[xi] x U[xi]: the GEMM micro-kernel (`rows` tiles x one float16 column of output
-   channels a work-item, broadcast A scalars), U the `winograd_filter` of the weights ([16, O/16, Cp, 16]
-   panels, computed once at load time), M to scratch tmp1 [16, tiles, Op];
-3. output transform: a work-item per (tile, 16 output channels) reads its 16 M vectors, forms the 2x2
+   channels a work-item, broadcast A scalars), U the `winograd_filter` of the weights ([a^2, O/16, Cp, 16]
+   panels, computed once at load time), M to scratch tmp1 [a^2, tiles, Op];
+3. output transform: a work-item per (tile, 16 output channels) reads its a^2 M vectors, forms the m x m
    pixels A^T M A, adds the bias, applies the fused epilogue and stores NCHW or NCHW16c (a partial block's
    padding lanes as zeros).
+The transforms are straight-line code with the matrices' coefficients as literals (zeros skipped, +-1 as
+adds).
 
 When (`winograd_fits`), on a CPU device (where it was measured; elsewhere only when the schedule asks):
 constant weights (the transform is a load-time constant), at least 32 input and output channels and 8
 MFLOP (below that the two transforms and two extra launches eat the gain), and the two scratch buffers
-within WINOGRAD_SCRATCH bytes. Measured against the direct NCHW16c kernel (220-230
-GFLOP/s) on this machine's PoCL: 64->64 56^2 1.06 -> 0.74 ms, 128->128 28^2 1.03 -> 0.62, 512->512 7^2
-1.02 -> 0.67, 512->512 28^2 16.1 -> 9.5, 256->256 56^2 (24.5 MiB of scratch) 16.2 -> 10.9; but 128->128
-112^2 (49 MiB) only 17.5 -> 16.2 and 64->64 224^2 (102 MiB) 16.7 -> 20.6, the transforms then streaming
-from DRAM. Rounding: the transforms' adds and halvings keep results within a few ulps of the direct
-conv's (max abs error 2-4e-6 on those shapes with unit-variance inputs).
+within WINOGRAD_SCRATCH bytes (past it the transforms stream from DRAM). m = 4 when that gives at least
+MIN_TILES_4X4 tiles, else 2; docs/opencl.md has the measurements. Rounding: F(2x2)'s transforms keep
+results within a few ulps of the direct conv's, F(4x4)'s coefficients (up to 8 and 1/24) within ~1e-5 of
+the outputs' scale.
 
-Schedule keys: `winograd` (1 forces it where legal, 0 keeps the direct kernel), `rows` (tiles a GEMM
-work-item).
+Schedule keys: `winograd` (1 forces it where legal, 0 keeps the direct kernel), `tile` (m), `rows` (tiles
+a GEMM work-item).
 """
 
 from __future__ import annotations
@@ -32,17 +32,27 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ....ir.ops.winograd import TRANSFORMS
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec
-from .gemm import Epilogue, pick_rows
+from .gemm import Epilogue, flit, pick_rows
 
-WINOGRAD_SCRATCH = 32 << 20
-"""Bytes of V and M scratch past which the direct kernel stays (about the L3 of the machine measured)."""
+WINOGRAD_SCRATCH = 64 << 20
+"""Bytes of V and M scratch past which the direct kernel stays (vgg19's 64-channel 224^2 convs, 58 MiB
+with F(4x4), still ran 0.59x the direct kernel's time)."""
 MIN_CHANNELS = 32
 MIN_FLOPS = 8_000_000
+MIN_TILES_4X4 = 32
+"""F(4x4) needs this many tiles, else F(2x2): the GEMM's rows are tiles, and 512->512 7^2 (4 tiles of 4x4
+against 16 of 2x2) took 0.95 ms with F(4x4), 0.73 with F(2x2); 14^2 (16 against 49) 2.53 and 2.27."""
+
+
+def pick_tile(ctx: Ctx, geo: Any) -> int:
+    default = 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2
+    return int(ctx.schedule.get("tile", default))
 
 
 def winograd_legal(ctx: Ctx, geo: Any, fused: bool) -> str:
-    """Why F(2x2, 3x3) cannot lower this conv ('' when it can). `fused`: a resize, input scale, expansion
+    """Why F(m x m, 3x3) cannot lower this conv ('' when it can). `fused`: a resize, input scale, expansion
     or channel map is fused into the conv's input (read by the direct kernel's repack only)."""
     if (geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.g) != (3, 3, 1, 1, 1, 1, 1):
         return "a 3x3 conv of stride 1, dilation 1 and one group only"
@@ -55,13 +65,17 @@ def winograd_legal(ctx: Ctx, geo: Any, fused: bool) -> str:
     return ""
 
 
-def scratch_bytes(geo: Any, rows: int) -> tuple[int, int]:
-    tiles = math.ceil(geo.n * math.ceil(geo.ho / 2) * math.ceil(geo.wo / 2) / rows) * rows
-    return 4 * 16 * tiles * cpad(geo.c), 4 * 16 * tiles * cpad(geo.o)
-
-
 def cpad(c: int) -> int:
     return math.ceil(c / 16) * 16
+
+
+def tile_count(geo: Any, m: int) -> int:
+    return geo.n * math.ceil(geo.ho / m) * math.ceil(geo.wo / m)
+
+
+def scratch_bytes(geo: Any, m: int, rows: int) -> tuple[int, int]:
+    tp = math.ceil(tile_count(geo, m) / rows) * rows
+    return 4 * (m + 2) ** 2 * tp * cpad(geo.c), 4 * (m + 2) ** 2 * tp * cpad(geo.o)
 
 
 def pick_gemm_rows(ctx: Ctx, tiles: int) -> int:
@@ -69,7 +83,7 @@ def pick_gemm_rows(ctx: Ctx, tiles: int) -> int:
 
 
 def winograd_fits(ctx: Ctx, geo: Any, fused: bool) -> bool:
-    """Whether the conv lowers by F(2x2, 3x3): the schedule's `winograd` key, else the rule above."""
+    """Whether the conv lowers by Winograd: the schedule's `winograd` key, else the rule above."""
     asked = ctx.schedule.get("winograd")
     why = winograd_legal(ctx, geo, fused)
     if asked is not None and int(asked):
@@ -78,14 +92,19 @@ def winograd_fits(ctx: Ctx, geo: Any, fused: bool) -> bool:
         return True
     if asked is not None or why:
         return False
+    m = pick_tile(ctx, geo)
     flops = 2 * geo.n * geo.o * geo.c * geo.ho * geo.wo * 9
-    tiles = geo.n * math.ceil(geo.ho / 2) * math.ceil(geo.wo / 2)
+    rows = pick_gemm_rows(ctx, tile_count(geo, m))
     return (ctx.device.is_cpu and min(geo.c, geo.o) >= MIN_CHANNELS and flops >= MIN_FLOPS
-            and sum(scratch_bytes(geo, pick_gemm_rows(ctx, tiles))) <= WINOGRAD_SCRATCH)
+            and sum(scratch_bytes(geo, m, rows)) <= WINOGRAD_SCRATCH)
 
 
 def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
-    th, tw = math.ceil(geo.ho / 2), math.ceil(geo.wo / 2)
+    m = pick_tile(ctx, geo)
+    if m not in TRANSFORMS:
+        raise NotLowerable(f"'conv2d' schedule tile={m}: Winograd F(2x2, 3x3) or F(4x4, 3x3) only")
+    a = m + 2
+    th, tw = math.ceil(geo.ho / m), math.ceil(geo.wo / m)
     tiles = geo.n * th * tw
     rows = int(ctx.schedule.get("rows", pick_gemm_rows(ctx, tiles)))
     if not 1 <= rows <= 32:
@@ -95,22 +114,35 @@ def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
     has_bias = len(ctx.operands) > 2
     local = 4
     kernels = [
-        Kernel(input_source(geo, th, tw, tp), (math.ceil(tiles / local) * local, cp // 16), (local, 1),
+        Kernel(input_source(geo, m, th, tw, tp), (math.ceil(tiles / local) * local, cp // 16), (local, 1),
                ("in0", "tmp0")),
-        Kernel(gemm_source(rows, tp, cp, op), (tp // rows, op // 16, 16), (1, 1, 1),
+        Kernel(gemm_source(a * a, rows, tp, cp, op), (tp // rows, op // 16, a * a), (1, 1, 1),
                ("tmp0", "in1", "tmp1")),
-        Kernel(output_source(geo, th, tw, tp, has_bias, epilogue),
+        Kernel(output_source(geo, m, th, tw, tp, has_bias, epilogue),
                (math.ceil(tiles / local) * local, op // 16), (local, 1),
                ("tmp1", "in2", "out0") if has_bias else ("tmp1", "out0")),
     ]
-    schedule: dict[str, Any] = {"winograd": 1, "rows": rows}
+    schedule: dict[str, Any] = {"winograd": 1, "tile": m, "rows": rows}
     if geo.in_block or geo.out_block:
         schedule.update(in_block=geo.in_block, out_block=geo.out_block)
-    return Lowered(kernels, list(scratch_bytes(geo, rows)), {1: PackSpec((), (), transform="winograd")},
-                   schedule)
+    return Lowered(kernels, list(scratch_bytes(geo, m, rows)),
+                   {1: PackSpec((), (), transform="winograd", tile=m)}, schedule)
 
 
-def input_source(geo: Any, th: int, tw: int, tp: int) -> str:
+def combine(coefs: Any, names: list[str]) -> str:
+    """sum(c * name): zero coefficients skipped, +-1 as adds and subtractions."""
+    out = ""
+    for c, name in zip(coefs, names, strict=True):
+        if c == 0:
+            continue
+        term = name if abs(c) == 1 else f"{flit(abs(c))} * {name}"
+        out += (f" - {term}" if c < 0 else f" + {term}") if out else (f"-{term}" if c < 0 else term)
+    return out or "0.0f"
+
+
+def input_source(geo: Any, m: int, th: int, tw: int, tp: int) -> str:
+    bt = TRANSFORMS[m][0]
+    a = m + 2
     cp = cpad(geo.c)
     if geo.in_block:  # NCHW16c: one vector a pixel
         load = f"return vload16(0, X + ((((long)nb * {cp // 16} + cb) * {geo.h} + ih) * {geo.w} + iw) * 16);"
@@ -120,9 +152,16 @@ def input_source(geo: Any, th: int, tw: int, tp: int) -> str:
             for j in range(16))
         load = (f"const __global float* x = X + (((long)nb * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw;\n"
                 f"    return (float16)({lanes});")
+    body = [f"    const float16 d{i}_{j} = KERNEL_load(X, nb, cb, ih0 + {i}, iw0 + {j});"
+            for i in range(a) for j in range(a)]
+    body += [f"    const float16 t{i}_{j} = {combine(bt[i], [f'd{k}_{j}' for k in range(a)])};"
+             for i in range(a) for j in range(a)]
+    body += [f"    vstore16({combine(bt[j], [f't{i}_{k}' for k in range(a)])}, 0, "
+             f"v + {(i * a + j) * tp * cp}L);" for i in range(a) for j in range(a)]
     blocked = " in 16-channel blocks" if geo.in_block else ""
-    return f"""// Winograd F(2x2, 3x3) input transform: x [{geo.n}, {geo.c}, {geo.h}, {geo.w}]{blocked}
-// -> V [16, {tp}, {cp}] (B^T d B of each 4x4 patch)
+    nl = "\n"
+    return f"""// Winograd F({m}x{m}, 3x3) input transform: x [{geo.n}, {geo.c}, {geo.h}, {geo.w}]{blocked}
+// -> V [{a * a}, {tp}, {cp}] (B^T d B of each {a}x{a} patch)
 static inline float16 KERNEL_load(__global const float* restrict X, int nb, int cb, int ih, int iw) {{
     const int c0 = cb * 16;
     if (ih < 0 || ih >= {geo.h} || iw < 0 || iw >= {geo.w}) return (float16)(0.0f);
@@ -133,33 +172,18 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
     const int cb = get_global_id(1);  // 16 input channels
     if (t >= {geo.n * th * tw}) return;
     const int nb = t / {th * tw}, ty = t / {tw} % {th}, tx = t % {tw};
-    const int ih0 = 2 * ty - {geo.pt}, iw0 = 2 * tx - {geo.pl};
-    float16 d[4][4];
-    for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) d[i][j] = KERNEL_load(X, nb, cb, ih0 + i, iw0 + j);
-    float16 u[4][4];  // B^T d
-    for (int j = 0; j < 4; ++j) {{
-        u[0][j] = d[0][j] - d[2][j];
-        u[1][j] = d[1][j] + d[2][j];
-        u[2][j] = d[2][j] - d[1][j];
-        u[3][j] = d[1][j] - d[3][j];
-    }}
+    const int ih0 = {m} * ty - {geo.pt}, iw0 = {m} * tx - {geo.pl};
     __global float* v = V + (long)t * {cp} + cb * 16;
-    for (int i = 0; i < 4; ++i) {{  // (B^T d) B
-        vstore16(u[i][0] - u[i][2], 0, v + (long)(i * 4 + 0) * {tp * cp});
-        vstore16(u[i][1] + u[i][2], 0, v + (long)(i * 4 + 1) * {tp * cp});
-        vstore16(u[i][2] - u[i][1], 0, v + (long)(i * 4 + 2) * {tp * cp});
-        vstore16(u[i][1] - u[i][3], 0, v + (long)(i * 4 + 3) * {tp * cp});
-    }}
+{nl.join(body)}
 }}
 """
 
 
-def gemm_source(rows: int, tp: int, cp: int, op: int) -> str:
+def gemm_source(batches: int, rows: int, tp: int, cp: int, op: int) -> str:
     accs = [f"acc{r}" for r in range(rows)]
     args = "__global const float* restrict V, __global const float* restrict U, __global float* restrict M"
-    return f"""// Winograd batched GEMM, 16 xi: M[xi] [{tp}, {op}] = V[xi] [{tp}, {cp}] x U[xi] [{cp}, {op}]
-// {rows} rows x float16 a work-item
+    return f"""// Winograd batched GEMM, {batches} xi: M[xi] [{tp}, {op}] = V[xi] [{tp}, {cp}] x U[xi]
+// [{cp}, {op}]; {rows} rows x float16 a work-item
 __kernel void KERNEL({args}) {{
     const int rb = get_global_id(0), ob = get_global_id(1), xi = get_global_id(2);
     const __global float* a = V + ((long)xi * {tp} + rb * {rows}) * {cp};
@@ -175,40 +199,40 @@ __kernel void KERNEL({args}) {{
 """
 
 
-def output_source(geo: Any, th: int, tw: int, tp: int, has_bias: bool, epilogue: Epilogue | None) -> str:
+def output_source(geo: Any, m: int, th: int, tw: int, tp: int, has_bias: bool,
+                  epilogue: Epilogue | None) -> str:
+    at = TRANSFORMS[m][2]
+    a = m + 2
     op = cpad(geo.o)
     bias = "    const float16 bv = (float16)(0.0f);"
     if has_bias:
         lanes = ", ".join(f"(c0 + {j} < {geo.o} ? B[c0 + {j}] : 0.0f)" for j in range(16))
         bias = (f"    const float16 bv = c0 + 16 <= {geo.o} ? vload16(0, B + c0) : (float16)({lanes});"
                 if geo.o % 16 else "    const float16 bv = vload16(0, B + c0);")
-    stores = []
-    for dy in (0, 1):
-        for dx in (0, 1):
-            conds = [c for c, need in ((f"oh0 + {dy} < {geo.ho}", dy and geo.ho % 2),
-                                       (f"ow0 + {dx} < {geo.wo}", dx and geo.wo % 2)) if need]
-            stores.append(store(geo, f"y{dy}{dx}", f"oh0 + {dy}", f"ow0 + {dx}", conds, epilogue))
+    body = [f"    const float16 m{i}_{j} = vload16(0, M + {(i * a + j) * tp * op}L + (long)t * {op} + c0);"
+            for i in range(a) for j in range(a)]
+    body += [f"    const float16 s{i}_{j} = {combine(at[i], [f'm{k}_{j}' for k in range(a)])};"
+             for i in range(m) for j in range(a)]
+    body.append(bias)
+    for dy in range(m):
+        for dx in range(m):
+            y = f"y{dy}_{dx}"
+            body.append(f"    const float16 {y} = {combine(at[dx], [f's{dy}_{k}' for k in range(a)])} + bv;")
+            conds = [c for c, need in ((f"oh0 + {dy} < {geo.ho}", dy and geo.ho % m),
+                                       (f"ow0 + {dx} < {geo.wo}", dx and geo.wo % m)) if need]
+            body.append(store(geo, y, f"oh0 + {dy}", f"ow0 + {dx}", conds, epilogue))
     ins = "__global const float* restrict M"
     ins += ", __global const float* restrict B" if has_bias else ""
     blocked = " in 16-channel blocks" if geo.out_block else ""
-    return f"""// Winograd F(2x2, 3x3) output transform: M [16, {tp}, {op}]
+    nl = "\n"
+    return f"""// Winograd F({m}x{m}, 3x3) output transform: M [{a * a}, {tp}, {op}]
 // -> y [{geo.n}, {geo.o}, {geo.ho}, {geo.wo}]{blocked} (A^T M A + bias)
 __kernel void KERNEL({ins}, __global float* restrict Y) {{
     const int t = get_global_id(0);  // tile
     const int ob = get_global_id(1);  // 16 output channels
     if (t >= {geo.n * th * tw}) return;
-    const int nb = t / {th * tw}, oh0 = t / {tw} % {th} * 2, ow0 = t % {tw} * 2, c0 = ob * 16;
-    float16 m[16];
-    for (int i = 0; i < 16; ++i) m[i] = vload16(0, M + ((long)i * {tp} + t) * {op} + c0);
-    float16 s0[4], s1[4];  // A^T M
-    for (int j = 0; j < 4; ++j) {{
-        s0[j] = m[j] + m[4 + j] + m[8 + j];
-        s1[j] = m[4 + j] - m[8 + j] - m[12 + j];
-    }}
-{bias}
-    const float16 y00 = s0[0] + s0[1] + s0[2] + bv, y01 = s0[1] - s0[2] - s0[3] + bv;
-    const float16 y10 = s1[0] + s1[1] + s1[2] + bv, y11 = s1[1] - s1[2] - s1[3] + bv;
-{chr(10).join(stores)}
+    const int nb = t / {th * tw}, oh0 = t / {tw} % {th} * {m}, ow0 = t % {tw} * {m}, c0 = ob * 16;
+{nl.join(body)}
 }}
 """
 
