@@ -25,6 +25,8 @@ def _launch_verify(sig: Sig) -> None:
     kernels = sig["kernels"]
     check(isinstance(kernels, list) and (bool(kernels) or sig["assembled"]),
           "'kernels' must be a non-empty list of kernel dicts (empty only for an `assembled` launch)")
+    check(-1 <= int(sig["flops_kernel"]) < max(len(kernels), 1),
+          f"'flops_kernel' {sig['flops_kernel']} is not the index of one of the {len(kernels)} kernels")
     for k in kernels:
         check(
             isinstance(k, dict) and isinstance(k.get("name"), str),
@@ -109,6 +111,7 @@ register(
             "buffers": attr("ints"),
             "scratch": attr("ints", []),
             "flops": attr("int", 0),
+            "flops_kernel": attr("int", -1),
             "schedule": attr("any", {}),
             "offsets": attr("ints", []),
             "assembled": attr("bool", False),
@@ -120,7 +123,8 @@ register(
         "the plan's buffer of each result, then of each temporary (`scratch`, in bytes); `offsets`, when "
         "present, the byte offset of each result in its buffer (a slice of a concatenation assembled in "
         "place). `assembled`: a concat whose operands' producers already wrote its result; it has no "
-        "kernels. The region is its reference body.",
+        "kernels. `flops` (the op's, as the reference counts them) go to kernel `flops_kernel` in profiles "
+        "(-1: the last). The region is its reference body.",
     )
 )
 

@@ -266,6 +266,8 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
         attrs["scratch"] = [int(n) for n in low.scratch]
     if low.schedule:
         attrs["schedule"] = dict(low.schedule)
+    if low.flops_kernel not in (-1, len(low.kernels) - 1):
+        attrs["flops_kernel"] = low.flops_kernel
     return Op("cl.launch", operands, op.result_types, attrs, [Region([body])], loc=op.loc, pos=op.pos)
 
 

@@ -293,11 +293,12 @@ class Executable:
         inner = body[-2] if len(body) >= 2 else body[-1]
         kernels = op.attrs["kernels"]
         nbytes = sum(v.type.nbytes for v in op.operands) + sum(r.type.nbytes for r in op.results)
+        counted = int(op.attrs.get("flops_kernel", -1)) % max(len(kernels), 1)  # gets the op's flops
         for i, k in enumerate(kernels):
             args = tuple(table[a] for a in k["args"])
             kobj = self.cl.Kernel(self.program, k["name"])
             kobj.set_args(*args)
-            last = i == len(kernels) - 1
+            counts = i == counted
             self.steps.append(
                 Step(
                     kobj,
@@ -307,8 +308,8 @@ class Executable:
                     index,
                     inner.name,
                     op.loc,
-                    int(op.attrs.get("flops", 0)) if last else 0,
-                    nbytes if last else 0,
+                    int(op.attrs.get("flops", 0)) if counts else 0,
+                    nbytes if counts else 0,
                     args,
                     tuple(k["args"]),
                 )

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tessel.ir.ops.registry import OpError, get_op, load_all
 from tessel.ir.ops.winograd import filter_shape, transform_filter, untransform_filter
+from tessel.ir.parser import parse_module
 from tessel.ir.types import TensorType
+from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.kernels.base import DeviceInfo, NotLowerable
 from tessel.targets.opencl.kernels.conv import lower_conv2d
+from tessel.targets.opencl.lower import lower_module
+from tessel.targets.opencl.runtime import Executable
 
 from .test_blocked_conv import check_blocked, conv_case, make_ctx
+from .test_fused import T, conv_region, randomize
 
 load_all()
 CONST = (False, True, True)  # constant weights and bias, as in a model
@@ -113,3 +120,46 @@ def test_filter_ops_round_trip() -> None:
         fdef.infer(fdef.sig([TensorType((40, 20, 5, 5), "f32")], {}))
     with pytest.raises(OpError, match="not a winograd_filter"):
         udef.infer(udef.sig([TensorType((16, 3, 32, 16), "f32")], {"shape": [40, 40, 3, 3]}))
+
+
+def test_winograd_in_a_fused_region_and_its_profile_flops() -> None:
+    """A conv + residual add + ReLU region of a model lowers by Winograd (the chain as the output
+    transform's epilogue, checked against the interpreter), and the launch's flops go to its GEMM kernel
+    (`flops_kernel`), whose profile row then shows the effective GFLOP/s."""
+    y = T(1, 32, 24, 24)
+    chain = f"""%a = add %c, %_res : ({y}, {y}) -> {y}
+    %r = relu %a : ({y}) -> {y}
+    yield %r : {y}"""
+    text = conv_region(32, 32, 24, chain, {"res": y}, bias_in_conv=True)
+    want_m, m = parse_module(text), parse_module(text)
+    randomize(want_m, np.random.default_rng(0))
+    randomize(m, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(a.type.dims).astype(np.float32) for a in m.funcs[0].args]
+    (want,) = run_func(want_m, want_m.funcs[0], inputs)
+    lower_module(m)
+    (got,) = Executable(m, m.funcs[0]).run(inputs)
+    # F(4x4): within ~1e-5 of the outputs' scale (here ~8: weights 0.5 N(0, 1) over 288 inputs)
+    assert np.abs(got - want).max() < 5e-5 * np.abs(want).max()
+    (launch,) = [op for op in m.funcs[0].block.ops if op.name == "cl.launch"]
+    assert launch.attrs["schedule"]["winograd"] == 1 and launch.attrs["flops_kernel"] == 1
+    steps = Executable(m, m.funcs[0]).steps
+    assert [s.flops > 0 for s in steps] == [False, True, False]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(st.integers(1, 2), st.integers(1, 40), st.integers(1, 40), st.integers(1, 13), st.integers(1, 13),
+       st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       st.sampled_from([(0, 0), (16, 0), (0, 16), (16, 16)]),
+       st.sampled_from([2, 4]), st.booleans())
+def test_winograd_on_random_shapes(n, c, o, h, w, pads, blocks, tile, bias) -> None:
+    """Any size of image, channels, batch and pads, forced onto both tiles: the reference's result, the
+    epilogue's index, the blocked padding lanes and no write past out0."""
+    if h + pads[0] + pads[2] < 3 or w + pads[1] + pads[3] < 3:
+        return  # no output pixel
+    rng = np.random.default_rng(n * 1000 + c * 31 + o)
+    shapes = [(n, c, h, w), (o, c, 3, 3), (o,)][: 3 if bias else 2]
+    ins = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    attrs = {"strides": [1, 1], "pads": pads, "dilations": [1, 1], "groups": 1}
+    check_blocked("conv2d", ins, attrs, *blocks, epilogue=True, schedule={"winograd": 1, "tile": tile},
+                  constant=CONST[:len(ins)], atol=1e-4 if tile == 2 else 1e-3)

@@ -111,6 +111,7 @@ class Lowered:
     scratch: list[int] = field(default_factory=list)  # bytes of tmp0, tmp1, ...
     pack: dict[int, PackSpec] = field(default_factory=dict)  # operand index -> packing applied first
     schedule: dict[str, Any] = field(default_factory=dict)  # the parameters chosen, printed on the launch
+    flops_kernel: int = -1  # the kernel doing the op's arithmetic (its profile row gets the flops)
 
 
 @dataclass
