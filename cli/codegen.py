@@ -15,9 +15,11 @@ from .common import (
     determinism_option,
     fail,
     handle_errors,
+    lower_schedule,
     read_input,
     split_chunks,
     weights_options,
+    winograd_option,
 )
 from .validation import DEFAULT_TOLERANCE, OptionalValueCommand, tolerance_option
 
@@ -87,6 +89,7 @@ def device_for_codegen(spec: str) -> object:
     help="Print a remark on stderr for each fused region no kernel template takes whole (reason "
     "unfused-region): it then runs as one launch per op, and the remark says why.",
 )
+@winograd_option
 @weights_options
 @debug_option
 @handle_errors
@@ -99,6 +102,7 @@ def main(
     split_input_file: bool,
     validate: object,
     remarks_missed: bool,
+    no_winograd: bool,
     elide_resources: bool,
     external_weights: str | None,
     debug: bool,
@@ -127,7 +131,7 @@ def main(
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
         remarks: list | None = [] if remarks_missed else None
-        lower_module(module, info, remarks)  # type: ignore[arg-type]
+        lower_module(module, info, remarks, lower_schedule(no_winograd))  # type: ignore[arg-type]
         for r in remarks or ():
             click.echo(r.text(), err=True)
         verify_or_raise(module)

@@ -145,6 +145,19 @@ def weights_options(f: Callable) -> Callable:
                         help="Print weights without their payload (for reading).")(f)
 
 
+def winograd_option(f: Callable) -> Callable:
+    """--no-winograd: the OpenCL lowering's 3x3 convs by the direct kernel only (`lower_schedule`)."""
+    return click.option("--no-winograd", "no_winograd", is_flag=True,
+                        help="Lower every conv with the direct kernel, none by Winograd transforms (3x3 "
+                        "stride-1 convs otherwise use F(4x4, 3x3) or F(2x2, 3x3) where it pays: faster, "
+                        "within ~1e-5 of the outputs' scale of the direct result; docs/opencl.md).")(f)
+
+
+def lower_schedule(no_winograd: bool) -> dict[str, Any]:
+    """The schedule keys lower_module gives every template for the tools' lowering options."""
+    return {"winograd": 0} if no_winograd else {}
+
+
 def debug_option(f: Callable) -> Callable:
     return click.option("--debug", is_flag=True, help="Show Python tracebacks for every error.")(f)
 

@@ -7,7 +7,15 @@ import sys
 
 import click
 
-from .common import debug_option, fail, handle_errors, read_input, weights_options
+from .common import (
+    debug_option,
+    fail,
+    handle_errors,
+    lower_schedule,
+    read_input,
+    weights_options,
+    winograd_option,
+)
 
 EPILOG = """\b
 Examples:
@@ -32,11 +40,12 @@ Examples:
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
               help="Make a dynamic ONNX input static (as tessel-import).")
 @click.option("--remarks-missed", is_flag=True, help="Print every refused fusion or layout change on stderr.")
+@winograd_option
 @weights_options
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str,
-         input_shape: tuple[str, ...], remarks_missed: bool, elide_resources: bool,
+         input_shape: tuple[str, ...], remarks_missed: bool, no_winograd: bool, elide_resources: bool,
          external_weights: str | None, debug: bool) -> None:
     """Compile an ONNX model (or a .tsl module) to OpenCL in one step.
 
@@ -72,6 +81,7 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     if target == "opencl":
         from ..targets.opencl.lower import lower_module
 
-        lower_module(module, device_for_codegen(device))  # type: ignore[arg-type]
+        lower_module(module, device_for_codegen(device), None,  # type: ignore[arg-type]
+                     lower_schedule(no_winograd))
         verify_or_raise(module)
     write_modules([module], output, elide_resources, external_weights)

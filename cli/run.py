@@ -13,7 +13,15 @@ import numpy as np
 from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
-from .common import atomic_output, debug_option, fail, handle_errors, read_input
+from .common import (
+    atomic_output,
+    debug_option,
+    fail,
+    handle_errors,
+    lower_schedule,
+    read_input,
+    winograd_option,
+)
 
 EPILOG = """\b
 Examples:
@@ -157,6 +165,7 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     "--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance of --check-against."
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary table.")
+@winograd_option
 @debug_option
 @handle_errors
 def main(
@@ -179,6 +188,7 @@ def main(
     rtol: float,
     atol: float,
     quiet: bool,
+    no_winograd: bool,
     debug: bool,
 ) -> None:
     """Run a tessel IR module and print a summary of its outputs.
@@ -239,7 +249,8 @@ def main(
         rows, exe = None, None
     else:
         results, times, rows, exe = _run_opencl(
-            module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution
+            module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution,
+            lower_schedule(no_winograd),
         )
     names = output_names(func)
     if reference is not None:
@@ -321,7 +332,7 @@ def _device_command(list_devices: bool, spec: str) -> None:
     )
 
 
-def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution):  # noqa: ANN001, ANN202
+def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule):  # noqa: ANN001, ANN202
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
     from ..targets.opencl.runtime import Executable
@@ -330,7 +341,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     d = _pick(dev, spec)
     t0 = time.perf_counter()
     if not lowered:
-        lower_module(module, dev.device_info(d))
+        lower_module(module, dev.device_info(d), None, schedule)
     exe = Executable(module, func, d, profile=profile, execution=execution)
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)

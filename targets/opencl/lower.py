@@ -39,6 +39,7 @@ NOT_LABELS = ("const", "pack", "unpack", "winograd_filter", "winograd_unfilter")
 @dataclass
 class _State:
     info: DeviceInfo
+    schedule: dict[str, Any] = field(default_factory=dict)  # keys every template's ctx.schedule starts with
     sources: dict[str, str] = field(default_factory=dict)  # template source -> kernel name
     program: list[str] = field(default_factory=list)
     constant: set[int] = field(default_factory=set)  # ids of values known at compile time
@@ -59,15 +60,16 @@ def is_lowered(module: Module) -> bool:
 
 
 def lower_module(module: Module, info: DeviceInfo | None = None,
-                 remarks: list[Remark] | None = None) -> Module:
+                 remarks: list[Remark] | None = None, schedule: dict[str, Any] | None = None) -> Module:
     """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel.
     `remarks`, when given, receives a `missed` remark (category `fusion`, reason `unfused-region`) for each
-    `kernel` region no template takes whole, which then runs as one launch per op."""
+    `kernel` region no template takes whole, which then runs as one launch per op. `schedule`: keys every
+    template sees in its ctx.schedule (the tools' --no-winograd is {"winograd": 0})."""
     load_all()
     info = info or DeviceInfo.generic()
     failures: list[tuple[Op, str]] = []
     for func in module.funcs:
-        failures += lower_func(module, func, info, remarks)
+        failures += lower_func(module, func, info, remarks, schedule)
     if failures:
         op0, why0 = failures[0]
         d = Diagnostic(
@@ -89,8 +91,9 @@ def _where(op: Op) -> str:
 
 
 def lower_func(module: Module, func: Func, info: DeviceInfo,
-               remarks: list[Remark] | None = None) -> list[tuple[Op, str]]:
-    st = _State(info)
+               remarks: list[Remark] | None = None,
+               schedule: dict[str, Any] | None = None) -> list[tuple[Op, str]]:
+    st = _State(info, dict(schedule or {}))
     block = func.block
     old = list(block.ops)
     for op in old:
@@ -205,7 +208,7 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
             if t.dtype == "f16" and not st.info.fp16:
                 raise NotLowerable("the device has no cl_khr_fp16 for f16")
         sig = op_sig(op, module.resources)
-        ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands),
+        ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands), dict(st.schedule),
                   body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources)
         return ctx, fn(ctx)
     except (NotLowerable, OpError) as e:

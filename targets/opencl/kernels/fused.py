@@ -643,7 +643,8 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     has_chain = any(op.name != "pack" for op in ops)
     chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb)
     epi = chain.call if has_chain else None
-    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
+    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where),
+              dict(ctx.schedule))
     fn = table[anchor.name]
     if in_block or out_block or up or scale or ex:
         import inspect
@@ -874,7 +875,8 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
             "    }",
         ]
 
-    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
+    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where),
+              dict(ctx.schedule))
     low = table[anchor.name](sub, epi.call if pre else None, tail=Tail(rows=rows), **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
     reads = tuple(rg.arg[id(v)] for v in params) + norm.reads
@@ -956,7 +958,8 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
         if id(v) not in rg.arg:
             raise NotLowerable(f"'{anchor.name}' operand {k} is not a kernel operand")
         where.append(rg.arg[id(v)])
-    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where))
+    sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where),
+              dict(ctx.schedule))
     if anchor.name in NORMS:
         low = NORMS[anchor.name](sub, pro_chain.hook(), epi_chain.hook())
     else:
