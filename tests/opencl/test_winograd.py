@@ -62,12 +62,13 @@ def choice(c: int, o: int, hw: int, *, s: int = 1, g: int = 1, constant=CONST, d
 
 
 def test_when_winograd_is_chosen() -> None:
-    """Constant weights, >= 32 channels each way, >= 8 MFLOP, scratch within WINOGRAD_SCRATCH; F(4x4)
+    """Constant weights, >= 16 channels each way, >= 8 MFLOP, scratch within WINOGRAD_SCRATCH; F(4x4)
     when it gives at least 32 tiles, else F(2x2)."""
     assert choice(64, 64, 56) == choice(128, 128, 28) == choice(64, 64, 224) == 4  # 58 MiB of scratch
     assert choice(512, 512, 7) == choice(256, 256, 14) == 2  # 4 and 16 tiles of 4x4
     assert choice(128, 128, 224) == 0  # 115 MiB: the transforms would stream from DRAM
-    assert choice(16, 64, 56) == choice(64, 16, 56) == 0  # few channels
+    assert choice(16, 64, 56) == choice(64, 16, 56) == 4
+    assert choice(8, 64, 56) == choice(64, 8, 56) == 0  # few channels
     assert choice(32, 32, 8) == 0  # 1.2 MFLOP
     assert choice(64, 64, 56, constant=(False, False, True)) == 0  # weights computed at run time
     assert choice(64, 64, 56, s=2) == choice(64, 64, 56, g=2) == 0

@@ -16,7 +16,7 @@ The transforms are straight-line code with the matrices' coefficients as literal
 adds).
 
 When (`winograd_fits`), on a CPU device (where it was measured; elsewhere only when the schedule asks):
-constant weights (the transform is a load-time constant), at least 32 input and output channels and 8
+constant weights (the transform is a load-time constant), at least 16 input and output channels and 8
 MFLOP (below that the two transforms and two extra launches eat the gain), and the two scratch buffers
 within WINOGRAD_SCRATCH bytes (past it the transforms stream from DRAM). m = 4 when that gives at least
 MIN_TILES_4X4 tiles, else 2; docs/opencl.md has the measurements. Rounding: F(2x2)'s transforms keep
@@ -39,7 +39,9 @@ from .gemm import Epilogue, flit, pick_rows
 WINOGRAD_SCRATCH = 64 << 20
 """Bytes of V and M scratch past which the direct kernel stays (vgg19's 64-channel 224^2 convs, 58 MiB
 with F(4x4), still ran 0.59x the direct kernel's time)."""
-MIN_CHANNELS = 32
+MIN_CHANNELS = 16
+"""Input and output channels each, at least (F(4x4) on 16->64 55^2: 0.30 -> 0.19 ms; 16->16 56^2 0.076 ->
+0.055)."""
 MIN_FLOPS = 8_000_000
 MIN_TILES_4X4 = 32
 """F(4x4) needs this many tiles, else F(2x2): the GEMM's rows are tiles, and 512->512 7^2 (4 tiles of 4x4
