@@ -43,7 +43,7 @@ def test_winograd_matches_the_reference(case, pads, blocks) -> None:
         low = check_blocked("conv2d", ins, attrs, *blocks, epilogue=True, schedule=schedule, constant=CONST,
                             atol=1e-4 if tile == 2 else 1e-3)
         assert low.schedule["winograd"] == 1 and len(low.kernels) == 3 and len(low.scratch) == 2
-        assert low.pack[1].transform == "winograd" and low.pack[1].tile == low.schedule["tile"] == tile
+        assert low.pack[1].winograd == low.schedule["tile"] == tile
 
 
 def test_winograd_without_bias_and_rows_override() -> None:
@@ -146,6 +146,11 @@ def test_winograd_in_a_fused_region_and_its_profile_flops() -> None:
     assert launch.attrs["schedule"]["winograd"] == 1 and launch.attrs["flops_kernel"] == 1
     steps = Executable(m, m.funcs[0]).steps
     assert [s.flops > 0 for s in steps] == [False, True, False]
+    # lower_module's schedule defaults (the tools' --no-winograd) reach the region's conv too
+    direct = parse_module(text)
+    lower_module(direct, schedule={"winograd": 0})
+    (launch,) = [op for op in direct.funcs[0].block.ops if op.name == "cl.launch"]
+    assert "winograd" not in launch.attrs["schedule"] and "flops_kernel" not in launch.attrs
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)

@@ -67,24 +67,23 @@ class PackSpec:
     outer_dims_perm: tuple[int, ...] = ()
     padding_value: float = 0.0
     reshape: tuple[int, ...] = ()  # row-major reshape applied before packing (e.g. split O into groups)
-    transform: str = ""  # "winograd": a `winograd_filter` op instead of a `pack` (no tiles then)
-    tile: int = 0  # the Winograd transform's output tile (F(tile x tile, 3x3))
+    winograd: int = 0  # m > 0: a `winograd_filter {tile = m}` (F(m x m, 3x3)) instead of a `pack`
 
     def attrs(self) -> dict[str, Any]:
-        if self.transform:
-            return {"tile": self.tile}
+        if self.winograd:
+            return {"tile": self.winograd}
         return {"inner_dims_pos": list(self.inner_dims_pos), "inner_tiles": list(self.inner_tiles),
                 "outer_dims_perm": list(self.outer_dims_perm), "padding_value": float(self.padding_value)}
 
     @property
     def op(self) -> str:
         """The op doing the packing; `inverse` undoes it in the launch's reference body."""
-        return {"winograd": "winograd_filter"}.get(self.transform, "pack")
+        return "winograd_filter" if self.winograd else "pack"
 
     def inverse(self, shape: tuple[int, ...]) -> tuple[str, dict[str, Any]]:
         """(op, attrs) of the op that recovers the operand, of `shape`, from its packed form."""
-        if self.transform:
-            return "winograd_unfilter", {"tile": self.tile, "shape": list(shape)}
+        if self.winograd:
+            return "winograd_unfilter", {**self.attrs(), "shape": list(shape)}
         attrs = {k: v for k, v in self.attrs().items() if k != "padding_value"}
         return "unpack", {**attrs, "shape": list(shape)}
 
@@ -94,7 +93,7 @@ class PackSpec:
         from ....ir.ops.winograd import transform_filter
 
         x = x.reshape(self.reshape) if self.reshape else x
-        return transform_filter(x, self.tile) if self.transform else pack_operand(x, self.attrs())
+        return transform_filter(x, self.winograd) if self.winograd else pack_operand(x, self.attrs())
 
 
 @dataclass

@@ -6,9 +6,9 @@ F(4x4): 36 for 144), so the product, the part at the FMA peak, shrinks 2.25x or 
 1. input transform: a work-item per (tile, 16 input channels) loads the a x a patch (pads and tails read as
    zeros; NCHW or NCHW16c input) and stores the a^2 vectors V[xi] = (B^T d B)[xi] to scratch tmp0, laid
    out [a^2, tiles (padded to a multiple of `rows`), Cp] (Cp: C padded to 16);
-2. a batched GEMM M[xi] = V[xi] x U[xi]: the GEMM micro-kernel (`rows` tiles x one float16 column of output
-   channels a work-item, broadcast A scalars), U the `winograd_filter` of the weights ([a^2, O/16, Cp, 16]
-   panels, computed once at load time), M to scratch tmp1 [a^2, tiles, Op];
+2. a batched GEMM M[xi] = V[xi] x U[xi]: gemm.py's micro-kernel (`rows` tiles x one float16 column of
+   output channels a work-item, broadcast A scalars, A's rows read in place), U the `winograd_filter` of the
+   weights ([a^2, O/16, Cp, 16] panels, computed once at load time), M to scratch tmp1 [a^2, tiles, Op];
 3. output transform: a work-item per (tile, 16 output channels) reads its a^2 M vectors, forms the m x m
    pixels A^T M A, adds the bias, applies the fused epilogue and stores NCHW or NCHW16c (a partial block's
    padding lanes as zeros).
@@ -34,7 +34,7 @@ from typing import Any
 
 from ....ir.ops.winograd import TRANSFORMS
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec
-from .gemm import Epilogue, flit, pick_rows
+from .gemm import Epilogue, Gemm, flit, gemm_source, pick_rows
 
 WINOGRAD_SCRATCH = 64 << 20
 """Bytes of V and M scratch past which the direct kernel stays (vgg19's 64-channel 224^2 convs, 58 MiB
@@ -115,10 +115,12 @@ def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
     cp, op = cpad(geo.c), cpad(geo.o)
     has_bias = len(ctx.operands) > 2
     local = 4
+    # the a^2 GEMMs M[xi] [tp, op] = V[xi] [tp, cp] x U[xi]: gemm.py's micro-kernel, V's rows read as they are
+    batched = Gemm((a * a,), (tp * cp,), (op * cp,), tp, cp, op, rows, 16, a_mode="rows")
     kernels = [
         Kernel(input_source(geo, m, th, tw, tp), (math.ceil(tiles / local) * local, cp // 16), (local, 1),
                ("in0", "tmp0")),
-        Kernel(gemm_source(a * a, rows, tp, cp, op), (tp // rows, op // 16, a * a), (1, 1, 1),
+        Kernel(gemm_source(batched, a_arg="the transformed input"), (tp // rows, op // 16, a * a), (1, 1, 1),
                ("tmp0", "in1", "tmp1")),
         Kernel(output_source(geo, m, th, tw, tp, has_bias, epilogue),
                (math.ceil(tiles / local) * local, op // 16), (local, 1),
@@ -129,7 +131,7 @@ def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
         schedule.update(in_block=geo.in_block, out_block=geo.out_block)
     # the profile's flops (the direct conv's) go to the GEMM, which shows the effective GFLOP/s
     return Lowered(kernels, list(scratch_bytes(geo, m, rows)),
-                   {1: PackSpec((), (), transform="winograd", tile=m)}, schedule, flops_kernel=1)
+                   {1: PackSpec((), (), winograd=m)}, schedule, flops_kernel=1)
 
 
 def combine(coefs: Any, names: list[str]) -> str:
@@ -178,26 +180,6 @@ __kernel void KERNEL(__global const float* restrict X, __global float* restrict 
     const int ih0 = {m} * ty - {geo.pt}, iw0 = {m} * tx - {geo.pl};
     __global float* v = V + (long)t * {cp} + cb * 16;
 {nl.join(body)}
-}}
-"""
-
-
-def gemm_source(batches: int, rows: int, tp: int, cp: int, op: int) -> str:
-    accs = [f"acc{r}" for r in range(rows)]
-    args = "__global const float* restrict V, __global const float* restrict U, __global float* restrict M"
-    return f"""// Winograd batched GEMM, {batches} xi: M[xi] [{tp}, {op}] = V[xi] [{tp}, {cp}] x U[xi]
-// [{cp}, {op}]; {rows} rows x float16 a work-item
-__kernel void KERNEL({args}) {{
-    const int rb = get_global_id(0), ob = get_global_id(1), xi = get_global_id(2);
-    const __global float* a = V + ((long)xi * {tp} + rb * {rows}) * {cp};
-    const __global float* b = U + ((long)xi * {op // 16} + ob) * {cp * 16};
-    float16 {', '.join(f'{a} = 0.0f' for a in accs)};
-    for (int k = 0; k < {cp}; ++k) {{
-        const float16 bk = vload16(k, b);
-{chr(10).join(f'        {a} = fma(a[{r * cp} + k], bk, {a});' for r, a in enumerate(accs))}
-    }}
-    __global float* m = M + ((long)xi * {tp} + rb * {rows}) * {op} + ob * 16;
-{chr(10).join(f'    vstore16({a}, 0, m + {r * op});' for r, a in enumerate(accs))}
 }}
 """
 
