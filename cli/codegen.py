@@ -15,9 +15,12 @@ from .common import (
     determinism_option,
     fail,
     handle_errors,
+    load_tuning,
     lower_schedule,
     read_input,
+    remark_categories,
     split_chunks,
+    tuning_options,
     weights_options,
     winograd_option,
 )
@@ -30,7 +33,15 @@ Examples:
       tessel-run --random-inputs --profile
   tessel-codegen --target=opencl --device=auto --elide-resources model.tsl | less
   tessel-codegen --validate model.opt.tsl -o model.cl.tsl
+  tessel-codegen --tuning-records=model.tune.jsonl --remarks=tuning model.opt.tsl -o model.cl.tsl
 """
+
+
+def print_remarks(remarks: list | None, categories: frozenset[str]) -> None:
+    """The lowering's remarks of the selected categories, on stderr, in order."""
+    for r in remarks or ():
+        if r.category in categories:
+            click.echo(r.text(), err=True)
 
 
 def device_for_codegen(spec: str) -> object:
@@ -64,12 +75,12 @@ def device_for_codegen(spec: str) -> object:
 )
 @click.option(
     "--device",
-    default="generic",
-    show_default=True,
+    default=None,
     metavar="SPEC",
     help="Device to specialise kernels for: 'generic' (a PoCL-like CPU; output does not depend on "
-    "this machine), 'auto' (the first GPU, else the first device of the most compute units), an "
-    "index from 'tessel-run --list-devices', or part of a device name.",
+    "this machine; the default), 'auto' (the first GPU, else the first device of the most compute "
+    "units; the default with --tuning-records), an index from 'tessel-run --list-devices', or part of a "
+    "device name.",
 )
 @click.option(
     "--split-input-file",
@@ -90,6 +101,7 @@ def device_for_codegen(spec: str) -> object:
     "unfused-region): it then runs as one launch per op, and the remark says why.",
 )
 @winograd_option
+@tuning_options
 @weights_options
 @debug_option
 @handle_errors
@@ -98,11 +110,13 @@ def main(
     input: str,
     output: str | None,
     target: str,
-    device: str,
+    device: str | None,
     split_input_file: bool,
     validate: object,
     remarks_missed: bool,
     no_winograd: bool,
+    tuning_records: str | None,
+    remarks: str,
     elide_resources: bool,
     external_weights: str | None,
     debug: bool,
@@ -118,8 +132,11 @@ def main(
     from ..targets.opencl.lower import is_lowered, lower_module
     from .opt import write_modules
 
+    categories = remark_categories(remarks, remarks_missed)
+    device = device or ("auto" if tuning_records else "generic")
     data, filename = read_input(input)
     info = device_for_codegen(device)
+    tuning = load_tuning(tuning_records, info)
     modules = []
     chunks = split_chunks(data.decode("utf-8", "replace")) if split_input_file else [("", 0)]
     for chunk, offset in chunks:
@@ -130,10 +147,9 @@ def main(
         if is_lowered(module):
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
-        remarks: list | None = [] if remarks_missed else None
-        lower_module(module, info, remarks, lower_schedule(no_winograd))  # type: ignore[arg-type]
-        for r in remarks or ():
-            click.echo(r.text(), err=True)
+        said: list | None = [] if categories else None
+        lower_module(module, info, said, lower_schedule(no_winograd), tuning)  # type: ignore[arg-type]
+        print_remarks(said, categories)
         verify_or_raise(module)
         if check is not None:
             _check_lowering(module, *check, validate, device)

@@ -153,6 +153,45 @@ def winograd_option(f: Callable) -> Callable:
                         "within ~1e-5 of the outputs' scale of the direct result; docs/opencl.md).")(f)
 
 
+def tuning_options(f: Callable) -> Callable:
+    """--tuning-records and --remarks: tessel-tune's records applied by a lowering, and its remarks."""
+    f = click.option("--remarks", "remarks", metavar="CATEGORIES", default="",
+                     help="Print the lowering's remarks of these categories on stderr (comma-separated): "
+                     "'tuning' says for each kernel which tuning record applied or why none did; "
+                     "'fusion' names each fused region that runs op by op (as --remarks-missed).")(f)
+    return click.option("--tuning-records", "tuning_records", metavar="FILE",
+                        help="Apply the schedules of tessel-tune's records (JSON lines) for the device "
+                        "compiled for: a kernel with no record keeps the template's choice; records of "
+                        "another device or schedule-space version are ignored (--remarks=tuning says "
+                        "which). With this option --device defaults to 'auto'.")(f)
+
+
+REMARK_CATEGORIES = ("tuning", "fusion")
+
+
+def remark_categories(text: str, missed: bool = False) -> frozenset[str]:
+    """The categories of --remarks (and --remarks-missed, which is 'fusion')."""
+    names = {c.strip() for c in text.split(",") if c.strip()}
+    bad = sorted(names - set(REMARK_CATEGORIES))
+    if bad:
+        raise fail(f"--remarks: unknown categor{'ies' if len(bad) > 1 else 'y'} {', '.join(bad)} (expected "
+                   f"{' or '.join(REMARK_CATEGORIES)})", 2)
+    return frozenset(names | ({"fusion"} if missed else set()))
+
+
+def load_tuning(path: str | None, info: Any) -> Any:
+    """The Tuning of --tuning-records FILE for the DeviceInfo compiled for (None without the option); a
+    file that cannot be read fails naming its line, before anything is lowered."""
+    if not path:
+        return None
+    from ..targets.opencl.records import RecordError, Tuning, read_records
+
+    try:
+        return Tuning(read_records(path), info.fingerprint)
+    except RecordError as e:
+        raise fail(str(e)) from None
+
+
 def lower_schedule(no_winograd: bool) -> dict[str, Any]:
     """The schedule keys lower_module gives every template for the tools' lowering options."""
     return {"winograd": 0} if no_winograd else {}

@@ -4,6 +4,7 @@ one process: the three tools of a build script in one command."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -11,8 +12,11 @@ from .common import (
     debug_option,
     fail,
     handle_errors,
+    load_tuning,
     lower_schedule,
     read_input,
+    remark_categories,
+    tuning_options,
     weights_options,
     winograd_option,
 )
@@ -23,6 +27,7 @@ Examples:
   tessel compile -O3 --remarks-missed model.onnx -o model.cl.tsl
   tessel compile --target=none model.onnx | tessel-run --random-inputs
   tessel compile model.onnx | tessel-run --random-inputs --profile
+  tessel tune model.onnx -o model.tune.jsonl && tessel compile --tuning-records=model.tune.jsonl model.onnx
 """
 
 
@@ -35,53 +40,76 @@ Examples:
               help="The optimization pipeline (tessel-opt --print-pipeline shows each level).")
 @click.option("--target", type=click.Choice(["opencl", "none"]), default="opencl", show_default=True,
               help="Lower to OpenCL ('none': stop at the optimized graph/kernel-level IR).")
-@click.option("--device", default="generic", show_default=True, metavar="SPEC",
-              help="Device to specialise kernels for, as tessel-codegen --device.")
+@click.option("--device", default=None, metavar="SPEC",
+              help="Device to specialise kernels for, as tessel-codegen --device (default 'generic', "
+              "'auto' with --tuning-records).")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
               help="Make a dynamic ONNX input static (as tessel-import).")
 @click.option("--remarks-missed", is_flag=True, help="Print every refused fusion or layout change on stderr.")
 @winograd_option
+@tuning_options
 @weights_options
 @debug_option
 @handle_errors
-def main(input: str, output: str | None, opt_level: int, target: str, device: str,
-         input_shape: tuple[str, ...], remarks_missed: bool, no_winograd: bool, elide_resources: bool,
-         external_weights: str | None, debug: bool) -> None:
+def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
+         input_shape: tuple[str, ...], remarks_missed: bool, no_winograd: bool, tuning_records: str | None,
+         remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:
     """Compile an ONNX model (or a .tsl module) to OpenCL in one step.
 
     INPUT is a .onnx file (imported as tessel-import does) or a .tsl module ('-' or none reads stdin; ONNX
     is recognised by its bytes). Runs the -O pipeline (default -O2), then lowers as tessel-codegen does.
     Exit status: 0 ok, 1 bad input, 2 usage, 3 internal error.
     """
+    from ..ir.verifier import verify_or_raise
+    from .codegen import device_for_codegen, print_remarks
+    from .opt import write_modules
+
+    categories = remark_categories(remarks)
+    device = device or ("auto" if tuning_records else "generic")
+    info = device_for_codegen(device) if target == "opencl" else None
+    tuning = load_tuning(tuning_records, info) if info is not None else None
+    module, _ = load_model(input, input_shape)
+    optimize(module, opt_level, remarks_missed)
+    if target == "opencl":
+        from ..targets.opencl.lower import lower_module
+
+        said: list | None = [] if categories else None
+        lower_module(module, info, said, lower_schedule(no_winograd), tuning)  # type: ignore[arg-type]
+        print_remarks(said, categories)
+        verify_or_raise(module)
+    write_modules([module], output, elide_resources, external_weights)
+
+
+def load_model(input: str, input_shape: tuple[str, ...]) -> tuple[Any, bool]:
+    """The module of INPUT, verified, and whether it was ONNX: a .onnx file imported (its bytes tell), a
+    .tsl module parsed."""
     from ..ir.parser import parse_module
     from ..ir.verifier import verify_or_raise
-    from ..passes.manager import PassManager
-    from ..passes.pipeline import O_LEVELS, parse_pipeline
-    from ..passes.remarks import RemarkFilter
-    from .codegen import device_for_codegen
     from .import_ import parse_input_shapes
-    from .opt import write_modules
 
     data, filename = read_input(input)
     if not data:
         raise fail(f"'{filename}' is empty")
-    if filename.endswith(".tsl") or data.lstrip()[:1] in (b"m", b"f", b"/", b"{"):
-        module = parse_module(data, filename)
-    else:
+    onnx = not (filename.endswith(".tsl") or data.lstrip()[:1] in (b"m", b"f", b"/", b"{"))
+    if onnx:
         from ..frontends.onnx.importer import import_model
 
         module = import_model(data, filename, parse_input_shapes(input_shape))
+    else:
+        module = parse_module(data, filename)
     verify_or_raise(module)
+    return module, onnx
+
+
+def optimize(module: Any, opt_level: int, remarks_missed: bool = False) -> None:
+    """Run the -O pipeline on `module` in place; --remarks-missed prints the passes' refusals."""
+    from ..passes.manager import PassManager
+    from ..passes.pipeline import O_LEVELS, parse_pipeline
+    from ..passes.remarks import RemarkFilter
+
     pm = PassManager(parse_pipeline(O_LEVELS[opt_level]))
     if remarks_missed:
         remark_filter = RemarkFilter(frozenset(), True)
         pm.ctx.on_remark = lambda r: sys.stderr.write(remark_filter.render(r) + "\n") if remark_filter.wants(
             r) else None
     pm.run(module)
-    if target == "opencl":
-        from ..targets.opencl.lower import lower_module
-
-        lower_module(module, device_for_codegen(device), None,  # type: ignore[arg-type]
-                     lower_schedule(no_winograd))
-        verify_or_raise(module)
-    write_modules([module], output, elide_resources, external_weights)

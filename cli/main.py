@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import codegen, compile, import_, opt, reduce, run
+from . import codegen, compile, import_, opt, reduce, run, tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,3 +22,4 @@ main.add_command(codegen.main, "codegen")
 main.add_command(run.main, "run")
 main.add_command(compile.main, "compile")
 main.add_command(reduce.main, "reduce")
+main.add_command(tune.main, "tune")

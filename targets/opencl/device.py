@@ -132,11 +132,13 @@ def device_info(d: Any) -> DeviceInfo:
         fp16="cl_khr_fp16" in ext,
         is_cpu=bool(d.type & pcl.device_type.CPU),
         base_align=max(int(d.mem_base_addr_align) // 8, 4),
+        fingerprint=fingerprint(d),
     )
 
 
 def fingerprint(d: Any) -> str:
-    """Stable id of a device for the calibration store: platform, device, driver and compute units."""
+    """Stable id of a device for the calibration store and tuning records: platform, device, driver and
+    compute units."""
     text = "|".join(
         [d.platform.name, d.platform.version, d.name, d.version, d.driver_version, str(d.max_compute_units)]
     )

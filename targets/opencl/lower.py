@@ -16,6 +16,7 @@ Ops no template covers are all listed in one diagnostic, each with its location 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,9 @@ from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .device import preamble
 from .kernels import load_all
-from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
+from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template
+from .records import EXECUTION_SPACE, Tuning, model_key, signature
+from .space import space_of
 
 VIEW_OPS = ("reshape", "identity")
 HOST_OPS = ("const",)
@@ -45,6 +48,9 @@ class _State:
     constant: set[int] = field(default_factory=set)  # ids of values known at compile time
     failures: list[tuple[Op, str]] = field(default_factory=list)
     unfused: list[tuple[Op, int, str]] = field(default_factory=list)  # regions run op by op: launches, why
+    tuning: Tuning | None = None  # tuning records to apply (tessel-codegen --tuning-records)
+    keys: list[str] = field(default_factory=list)  # kernel signature of each launch, in order (with tuning)
+    remarks: list[Remark] = field(default_factory=list)  # category `tuning`: which record applied, or why not
 
     def kernel_name(self, source: str, op_name: str) -> str:
         name = self.sources.get(source)
@@ -60,16 +66,21 @@ def is_lowered(module: Module) -> bool:
 
 
 def lower_module(module: Module, info: DeviceInfo | None = None,
-                 remarks: list[Remark] | None = None, schedule: dict[str, Any] | None = None) -> Module:
+                 remarks: list[Remark] | None = None, schedule: dict[str, Any] | None = None,
+                 tuning: Tuning | None = None) -> Module:
     """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel.
     `remarks`, when given, receives a `missed` remark (category `fusion`, reason `unfused-region`) for each
-    `kernel` region no template takes whole, which then runs as one launch per op. `schedule`: keys every
-    template sees in its ctx.schedule (the tools' --no-winograd is {"winograd": 0})."""
+    `kernel` region no template takes whole, which then runs as one launch per op, and with `tuning` one
+    remark (category `tuning`) per launch saying which record applied or why none did. `schedule`: keys
+    every template sees in its ctx.schedule (the tools' --no-winograd is {"winograd": 0}). `tuning`: the
+    records of tessel-tune for the device `info` describes; a launch whose kernel signature has a record
+    gets its schedule, others the templates' own choices; a func whose model signature has one gets its
+    `execution` attribute."""
     load_all()
     info = info or DeviceInfo.generic()
     failures: list[tuple[Op, str]] = []
     for func in module.funcs:
-        failures += lower_func(module, func, info, remarks, schedule)
+        failures += lower_func(module, func, info, remarks, schedule, tuning)
     if failures:
         op0, why0 = failures[0]
         d = Diagnostic(
@@ -92,8 +103,8 @@ def _where(op: Op) -> str:
 
 def lower_func(module: Module, func: Func, info: DeviceInfo,
                remarks: list[Remark] | None = None,
-               schedule: dict[str, Any] | None = None) -> list[tuple[Op, str]]:
-    st = _State(info, dict(schedule or {}))
+               schedule: dict[str, Any] | None = None, tuning: Tuning | None = None) -> list[tuple[Op, str]]:
+    st = _State(info, dict(schedule or {}), tuning=tuning)
     block = func.block
     old = list(block.ops)
     for op in old:
@@ -109,6 +120,10 @@ def lower_func(module: Module, func: Func, info: DeviceInfo,
                 f"{launches} launches, one per op: {why}"))
     if st.failures:
         return st.failures
+    if tuning is not None:
+        _apply_execution(func, st)
+        if remarks is not None:
+            remarks += st.remarks
     plan = plan_memory(block, info)
     allocs = [Op("buf.alloc", attrs={"id": i, "bytes": n}) for i, n in enumerate(plan)]
     program = Op("cl.program", attrs={"source": preamble(info) + "\n".join(st.program)})
@@ -210,10 +225,70 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
         sig = op_sig(op, module.resources)
         ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands), dict(st.schedule),
                   body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources)
-        return ctx, fn(ctx)
+        low = fn(ctx)
+        if st.tuning is not None:
+            ctx, low = _apply_record(op, ctx, fn, low, st, module)
+        return ctx, low
     except (NotLowerable, OpError) as e:
         st.failures.append((op, str(e)))
         return None
+
+
+def _apply_record(op: Op, ctx: Ctx, fn: Template, low: Lowered, st: _State,
+                  module: Module) -> tuple[Ctx, Lowered]:
+    """The kernel of `op` as its tuning record says (else `low`, the template's own), with a remark."""
+    assert st.tuning is not None
+    key, _ = signature(op, ctx.constant, st.schedule)
+    st.keys.append(key)
+    sp = space_of(ctx, low)
+    if st.tuning.collect is not None:  # tessel-tune finding the model's kernels
+        st.tuning.collect(key, op, ctx, low, sp, module)
+
+    def remark(kind: str, reason: str, message: str) -> None:
+        st.remarks.append(Remark.make("codegen", kind, "tuning", reason, [op], f"kernel {key}: {message}"))
+
+    record, why = st.tuning.find("kernel", key, sp.version if sp else None)
+    if record is None:
+        if sp is None and why == "no record":
+            why = f"no record ('{op.name}' has no schedule space here)"
+        remark("missed", why.split(" (")[0].replace(" ", "-"), why)
+        return ctx, low
+    times = f"{record.default_us:.1f} -> {record.best_us:.1f} us"
+    if not record.schedule:
+        remark("passed", "default-kept", f"the record keeps the template's choice ({times} of default)")
+        return ctx, low
+    assert sp is not None
+    bad = sp.reject(record.schedule)
+    if bad is None:
+        tuned = dataclasses.replace(ctx, schedule={**ctx.schedule, **record.schedule})
+        try:
+            low2 = fn(tuned)
+        except NotLowerable as e:
+            bad = f"the template refuses it: {e}"
+        else:
+            point = ", ".join(f"{k}={v}" for k, v in sorted(record.schedule.items()))
+            remark("passed", "record-applied", f"{point} ({times}, {record.speedup:.2f}x)")
+            return tuned, low2
+    remark("missed", "record-rejected", f"the record's schedule is not in space {sp.version}: {bad}")
+    return ctx, low
+
+
+def _apply_execution(func: Func, st: _State) -> None:
+    """The func's `execution` attribute from its model record (the way the runtime runs it)."""
+    assert st.tuning is not None
+    key = model_key(st.keys)
+    st.tuning.models[func.name] = key
+    record, why = st.tuning.find("model", key, EXECUTION_SPACE)
+    way = record.schedule.get("execution") if record else None
+    pos = next((o for o in func.block.ops if o.name == "cl.launch"), None)
+    ops = [pos] if pos is not None else []
+    if way:
+        func.attrs["execution"] = str(way)
+        st.remarks.append(Remark.make("codegen", "passed", "tuning", "execution-applied", ops,
+                                      f"func @{func.name} (model {key}): execution = {way}"))
+    else:
+        st.remarks.append(Remark.make("codegen", "missed", "tuning", "no-execution-record", ops,
+                                      f"func @{func.name} (model {key}): {why or 'the record names none'}"))
 
 
 def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:

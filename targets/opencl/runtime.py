@@ -152,7 +152,11 @@ class Executable:
         self._props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.context, self.device, properties=self._props)
         self.profile = profile
-        self.execution = execution or os.environ.get("TESSEL_EXECUTION") or "auto"
+        # an explicit choice, else the environment's, else the func's `execution` attribute (a tuning
+        # record's, tessel-codegen --tuning-records), else `auto`
+        given = execution or os.environ.get("TESSEL_EXECUTION")
+        tuned = "" if given else str(func.attrs.get("execution", ""))
+        self.execution = given or tuned or "auto"
         if self.execution not in EXECUTIONS:
             raise DiagnosticError(Diagnostic(
                 "error", f"unknown execution '{self.execution}' (expected one of {', '.join(EXECUTIONS)})"))
@@ -205,7 +209,9 @@ class Executable:
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
         if self.execution == "cooperative":
-            if not self._use_cooperative():
+            if not self._use_cooperative() and tuned:
+                self.execution = "auto"  # the record's way is not possible here (TESSEL_NO_SVM): adapt
+            elif self.running_on != "cooperative":
                 raise DiagnosticError(Diagnostic(
                     "error", "cooperative execution needs PoCL's pthread device with its basic companion "
                     "and fine-grained SVM"))

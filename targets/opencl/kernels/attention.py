@@ -39,6 +39,7 @@ import math
 import numpy as np
 
 from ....ir.ops.attention import heads_first
+from ..space import Constraint, Knob, Point, Space, around, space
 from .base import (
     Ctx,
     Kernel,
@@ -398,3 +399,33 @@ def attention_template(ctx: Ctx) -> Lowered:
     else:
         pack = {1: PackSpec((k.rank - 2,), (p,), padding_value=0.0)}
     return Lowered([kern], pack=pack, schedule=schedule)
+
+
+# the schedule space (space.py): what tessel-tune may try ------------------------------------------------
+@space("attention")
+def attention_space(ctx: Ctx, default: Lowered) -> Space | None:
+    """Query rows a work-item, keys a chunk (several chunks rescale the accumulators; one keeps them in
+    registers) and, with one chunk, whether a work-group stages the key panels in local memory."""
+    chosen = default.schedule
+    if "rows" not in chosen:
+        return None
+    q, k = ctx.operands[:2]
+    layout = str(ctx.sig.attrs.get("layout", "bhsd"))
+    sq, sk = _view(q.dims, layout)[0][-2], _view(k.dims, layout)[0][-2]
+    p = int(chosen["panel"])
+    whole = math.ceil(sk / p) * p
+    knobs = [Knob("rows", around(int(chosen["rows"]), 1, max(1, sq), (2, 4, 8, 16)),
+                  "query rows a work-item"),
+             Knob("chunk", around(int(chosen["chunk"]), p, whole, (64, 128, 256, 512, whole)),
+                  "keys a chunk")]
+    point: Point = {"rows": chosen["rows"], "chunk": chosen["chunk"]}
+    constraints = [Constraint("rows x chunk private scores of at most 8192 floats",
+                              lambda pt: pt["rows"] * pt["chunk"] <= 8192)]
+    if not ctx.is_constant(1):
+        knobs.append(Knob("k_local", (0, 1), "key panels staged in local memory (one chunk only)"))
+        point["k_local"] = chosen["k_local"]
+        limit = LOCAL_K_BYTES // (np.dtype(q.np_dtype).itemsize * p * _view(q.dims, layout)[0][-1])
+        constraints.append(Constraint(
+            "k_local with one chunk whose panels fit the local memory",
+            lambda pt: not pt["k_local"] or (pt["chunk"] >= sk and sk <= limit * p)))
+    return Space("attention/1", knobs, point, constraints)

@@ -43,6 +43,7 @@ class DeviceInfo:
     fp16: bool = False
     is_cpu: bool = True
     base_align: int = 128  # bytes: sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+    fingerprint: str = "generic"  # device.fingerprint of a real device: what tuning records are keyed by
 
     @staticmethod
     def generic() -> DeviceInfo:

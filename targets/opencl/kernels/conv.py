@@ -51,6 +51,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..space import Constraint, Knob, Point, Space, around, space
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, launch_1d, template
 from .gemm import Epilogue, check_float32, pick_cols, vtype
 from .winograd import lower_winograd, winograd_fits
@@ -1076,3 +1077,92 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
     return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)
+
+
+# the schedule space (space.py): what tessel-tune may try ------------------------------------------------
+TILE_SIDES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
+
+
+@space("conv2d")
+def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
+    """Winograd convs: the tile (F(2x2) or F(4x4)) and the GEMM's rows, or the direct kernel instead.
+    Direct dense convs: the output tile (tile_h x tile_w pixels), the columns a work-item (vcols, dense
+    convs only) and their width (cols), the input channels a block (cin_block); the accumulators
+    (pixels x columns x lanes) must fit the registers. Depthwise convs: the tile, and whether the input is
+    repacked in local memory. A direct 3x3 stride-1 conv Winograd could take also tries Winograd."""
+    from .winograd import (
+        TRANSFORMS,
+        WINOGRAD_SCRATCH,
+        pick_gemm_rows,
+        scratch_bytes,
+        tile_count,
+        winograd_legal,
+    )
+
+    geo = Geometry(ctx)
+    chosen = default.schedule
+    fused = any(chosen.get(k) for k in ("upsample", "expand")) or ctx.op_name != "conv2d"
+    if chosen.get("winograd"):
+        def fits(p: Point) -> bool:
+            rows = int(p["rows"])
+            return sum(scratch_bytes(geo, int(p["tile"]), rows)) <= WINOGRAD_SCRATCH
+
+        return Space("conv2d/1", [
+            Knob("tile", tuple(sorted(TRANSFORMS)), "Winograd F(m x m, 3x3): output tile side m"),
+            Knob("rows", around(int(chosen["rows"]), 1, 32, (4, 6, 8, 10, 12, 14, 16)),
+                 "tiles a work-item of the batched GEMM"),
+        ], {"tile": chosen["tile"], "rows": chosen["rows"]},
+            [Constraint(f"Winograd scratch at most {WINOGRAD_SCRATCH >> 20} MiB", fits)],
+            extra=[{"winograd": 0}])
+    if "tile_h" not in chosen:
+        return None  # an empty result, or a kernel with no tile
+    th, tw = int(chosen["tile_h"]), int(chosen["tile_w"])
+    depthwise = geo.g > 1 and geo.cg == 1 and geo.og == 1
+    sides_h = around(th, 1, max(geo.ho, 1), TILE_SIDES)
+    sides_w = around(tw, 1, max(geo.wo, 1), TILE_SIDES)
+    extra: list[Point] = []
+    if (not depthwise and not fused and ctx.is_constant(1) and ctx.device.is_cpu
+            and not winograd_legal(ctx, geo, False) and not chosen.get("in_block")):
+        m = 4 if tile_count(geo, 4) >= 32 else 2
+        if sum(scratch_bytes(geo, m, pick_gemm_rows(ctx, tile_count(geo, m)))) <= WINOGRAD_SCRATCH:
+            extra.append({"winograd": 1})
+    if depthwise:
+        knobs = [Knob("tile_h", sides_h), Knob("tile_w", sides_w)]
+        point = {"tile_h": th, "tile_w": tw}
+        cap = 30 if pixel_cap(ctx) >= 12 else DEPTHWISE_FEW_REGISTERS
+        return Space("conv2d/1", knobs, point,
+                     [Constraint(f"at most {cap} pixels a tile", lambda p: p["tile_h"] * p["tile_w"] <= cap)],
+                     extra)
+    nc = int(chosen.get("vcols", 1))
+    cols, cb = int(chosen["cols"]), int(chosen.get("cin_block", 1))
+    grouped = geo.g > 1
+    knobs = [Knob("tile_h", sides_h, "output rows a tile"), Knob("tile_w", sides_w, "output columns a tile")]
+    point: Point = {"tile_h": th, "tile_w": tw}
+    if not grouped:
+        knobs.append(Knob("vcols", (1, 2, 3), "columns of output channels a work-item"))
+        knobs.append(Knob("cols", tuple(c for c in (8, 16) if c <= max(16, cols)), "lanes a column"))
+        point.update(vcols=nc, cols=cols)
+    if not chosen.get("in_block"):
+        blocks = {b for b in (4, 8, 16) if b <= geo.cg} | {cb}
+        knobs.append(Knob("cin_block", tuple(sorted(blocks)), "input channels a block"))
+        point["cin_block"] = cb
+    o = geo.o
+
+    def registers(p: Point) -> bool:
+        lanes = int(p.get("cols", cols))
+        return p["tile_h"] * p["tile_w"] * int(p.get("vcols", nc)) <= min(32, ctx.device.accumulators(lanes))
+
+    def no_idle_columns(p: Point) -> bool:  # a work-item's columns should not be mostly padding
+        span = int(p.get("cols", cols)) * int(p.get("vcols", nc))
+        return grouped or math.ceil(o / span) * span < 2 * o
+
+    def enough_items(p: Point) -> bool:  # every core gets work-items
+        tiles = math.ceil(geo.ho / p["tile_h"]) * math.ceil(geo.wo / p["tile_w"])
+        span = int(p.get("cols", cols)) * int(p.get("vcols", nc))
+        return tiles * math.ceil(o / span) * geo.n >= 2 * ctx.device.compute_units
+
+    return Space("conv2d/1", knobs, point, [
+        Constraint("tile pixels x columns within the accumulator registers", registers),
+        Constraint("columns a work-item under twice the output channels", no_idle_columns),
+        Constraint("two work-items a compute unit at least", enough_items),
+    ], extra)

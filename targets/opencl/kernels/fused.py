@@ -37,6 +37,8 @@ from ....ir.ops.reduce import reduced_axes
 from ....ir.ops.registry import Sig, get_op, norm_axis, op_sig
 from ....ir.types import TensorType
 from ....passes.fuse import ROW_ANCHORS, channel_factor, channel_shuffle_ops
+from ..space import SPACES, space
+from ..space import Space as SchedSpace
 from . import elementwise as ew
 from .base import (
     Ctx,
@@ -995,3 +997,18 @@ def fused(ctx: Ctx) -> Lowered:
 
         return lower_gate(ctx, rg)
     raise NotLowerable(f"a '{kind}' region runs op by op")
+
+
+# the schedule space (space.py) -------------------------------------------------------------------------
+@space("kernel")
+def kernel_space(ctx: Ctx, default: Lowered) -> SchedSpace | None:
+    """A fused region is tuned by the knobs of its anchor (the contraction or attention its chain hangs
+    on; the last one when an expansion feeds a depthwise conv): its space, with the region's shapes."""
+    anchors = [op for op in ctx.body.ops if op.name in ("conv2d", "matmul", "gemm", "attention")]
+    if not anchors:
+        return None
+    anchor = anchors[-1]
+    arg = {id(a): i for i, a in enumerate(ctx.body.args)}
+    constant = tuple(id(v) in arg and ctx.is_constant(arg[id(v)]) for v in anchor.operands)
+    sub = Ctx(anchor.name, op_sig(anchor, ctx.resources), ctx.device, constant, dict(ctx.schedule))
+    return SPACES[anchor.name](sub, default)

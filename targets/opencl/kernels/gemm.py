@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ....ir.types import TensorType
+from ..space import Constraint, Knob, Point, Space, around, space
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
 from .reduce import V, fold_lanes
 
@@ -493,11 +494,14 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
     outs = tuple(f"out{j}" for j in range(max(1, len(tail.split))))
     args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), *outs)
     nb = 1 if tail.rows else g.nb  # a row tail's work-item computes every column block of its rows
-    local = 4
-    while local > 1 and math.ceil(g.mb / local) * nb * nbatch < 16:
+    local = int(ctx.schedule.get("local", 4))
+    while "local" not in ctx.schedule and local > 1 and math.ceil(g.mb / local) * nb * nbatch < 16:
         local //= 2
+    if local < 1:
+        raise NotLowerable(f"'{ctx.op_name}' schedule local={local} must be positive")
     kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, nb, nbatch), (local, 1, 1), args))
-    schedule = {"rows": g.rows, "cols": g.cols, **({"pack_a": int(g.a_mode == "panel")} if chosen else {})}
+    schedule = {"rows": g.rows, "cols": g.cols, **({"local": local} if local != 4 else {}),
+                **({"pack_a": int(g.a_mode == "panel")} if chosen else {})}
     return Lowered(kernels, scratch, pack, schedule)
 
 
@@ -561,3 +565,42 @@ def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL,
     return lower_contraction(ctx, g, a_batch=(), trans_a=ta, trans_b=tb, b_rank=2,
                              bias=bias if (alpha != 1 or c is not None) else None, epilogue=epilogue,
                              tail=tail)
+
+
+# the schedule space (space.py): what tessel-tune may try ------------------------------------------------
+@space("matmul", "gemm")
+def gemm_space(ctx: Ctx, default: Lowered) -> Space | None:
+    """The rows of a work-item's block and its column width (their float<cols> accumulators must fit the
+    registers), the work-group size, and, for a non-constant A, whether it is packed first."""
+    chosen = default.schedule
+    if "rows" not in chosen or not ctx.results or ctx.results[0].numel == 0:
+        return None
+    dims = ctx.results[0].dims
+    m, n = (dims[-2] if len(dims) > 1 else 1), (dims[-1] if dims else 1)
+    rows, cols, local = int(chosen["rows"]), int(chosen["cols"]), int(chosen.get("local", 4))
+    knobs = [Knob("rows", around(rows, 1, max(1, min(m, 24)), (2, 4, 6, 8, 10, 12, 14, 16, 20, 24)),
+                  "output rows a work-item"),
+             Knob("cols", tuple(c for c in (4, 8, 16) if c <= max(cols, 4)), "output columns (lanes) a "
+                  "work-item"),
+             Knob("local", (1, 2, 4, 8), "work-items a work-group")]
+    point: Point = {"rows": rows, "cols": cols, "local": local}
+    if "pack_a" in chosen:
+        knobs.append(Knob("pack_a", (0, 1), "A packed into row panels by a first kernel"))
+        point["pack_a"] = int(chosen["pack_a"])
+    blocks = math.prod(dims[:-2]) if len(dims) > 2 else 1
+
+    def registers(p: Point) -> bool:
+        return p["rows"] <= min(24, ctx.device.accumulators(p["cols"]))
+
+    def no_idle_columns(p: Point) -> bool:
+        return math.ceil(n / p["cols"]) * p["cols"] < 2 * n or p["cols"] == cols
+
+    def enough_groups(p: Point) -> bool:
+        groups = math.ceil(math.ceil(m / p["rows"]) / p["local"]) * math.ceil(n / p["cols"]) * blocks
+        return groups >= 2 * ctx.device.compute_units or p["local"] == 1
+
+    return Space("gemm/1", knobs, point, [
+        Constraint("rows x float<cols> accumulators within the registers", registers),
+        Constraint("columns under twice the output's", no_idle_columns),
+        Constraint("two work-groups a compute unit at least", enough_groups),
+    ])

@@ -1,0 +1,1 @@
+"""tessel-tune: schedules chosen by measurement (docs/tools/tessel-tune.md)."""

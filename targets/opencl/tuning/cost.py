@@ -1,0 +1,133 @@
+"""The cost model: where a model's time is, and which points of a space to measure first.
+
+Two questions, two answers:
+- Which kernels matter: each kernel signature's roofline time (its FLOPs at the device's measured peak
+  GFLOP/s, or its bytes at the measured bandwidth, whichever is longer, plus one launch) times its uses in
+  the model, from `tessel-run --calibrate`'s peaks (`profile.Peaks`; measured once and stored). The tuner
+  spends its budget on kernels in that order.
+- Which points of one kernel's space: a ridge regression of log(point time / default time) on features
+  of the point relative to the default (each knob's log2 change, the change in work-items, in work-groups
+  per compute unit and in the share of the last wave left idle), fitted to every trial in the records
+  already measured for the same template, so each tuning run learns from the ones before. With fewer than
+  MIN_SAMPLES trials the prior ranks instead: points close to the default first (one knob changed before
+  two), fewer idle compute units first.
+The features are read from the candidate's `Lowered` (the template run with the point, no compile), so
+ranking a space of thousands of points costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..kernels.base import Ctx, Lowered
+from ..space import Point, Space
+
+MIN_SAMPLES = 12
+"""Trials of a template's family the regression needs before it replaces the prior."""
+RIDGE = 1.0
+
+
+def roofline_us(flops: float, nbytes: float, peaks: Any) -> float:
+    """A kernel's time on the roofline of `peaks` (profile.Peaks), launch included, in microseconds."""
+    return max(flops / (peaks.gflops * 1e3), nbytes / (peaks.gbps * 1e3)) + peaks.launch_us
+
+
+def _items(low: Lowered) -> tuple[float, float]:
+    """(work-items, work-groups) of the kernel doing the arithmetic."""
+    k = low.kernels[low.flops_kernel] if low.kernels else None
+    if k is None:
+        return 1.0, 1.0
+    items = float(math.prod(k.global_size)) or 1.0
+    local = float(math.prod(k.local_size)) if k.local_size else 1.0
+    return items, max(1.0, items / max(local, 1.0))
+
+
+def _knob(v: Any) -> float:
+    return math.log2(1.0 + float(v)) if isinstance(v, int | float) else 0.0
+
+
+def features(space: Space, point: Point, low: Lowered, default: Lowered, compute_units: int) -> list[float]:
+    """The point's features relative to the default's (see the module's docstring)."""
+    full = space.full(point)
+    names = sorted(k.name for k in space.knobs)
+    f = [_knob(full[n]) - _knob(space.default[n]) for n in names]
+    f += [float(len(point))]
+    items, groups = _items(low)
+    d_items, d_groups = _items(default)
+    f.append(math.log2(items / d_items))
+    waves = math.ceil(groups / compute_units) / (groups / compute_units)
+    d_waves = math.ceil(d_groups / compute_units) / (d_groups / compute_units)
+    f.append(waves - d_waves)
+    f.append(float(len(low.kernels) - len(default.kernels)))
+    f.append(1.0 if "winograd" in point else 0.0)
+    return f
+
+
+def prior(f: Sequence[float]) -> float:
+    """The prior's predicted log time ratio: distance from the default, then idle compute units."""
+    return 0.05 * f[-5] + 0.01 * sum(abs(x) for x in f[:-5]) + 0.5 * max(0.0, f[-3])
+
+
+@dataclass
+class CostModel:
+    """Ridge regressions per template family (the space version's prefix), fitted to record trials."""
+
+    weights: dict[str, list[float]] = field(default_factory=dict)
+    samples: dict[str, int] = field(default_factory=dict)
+
+    def predict(self, family: str, f: Sequence[float]) -> float:
+        w = self.weights.get(family)
+        if w is None or len(w) != len(f) + 1:
+            return prior(f)
+        return float(np.dot(w[:-1], f) + w[-1])
+
+    def fit(self, family: str, xs: Sequence[Sequence[float]], ys: Sequence[float]) -> None:
+        """Fit one family; with under MIN_SAMPLES samples (or features of different lengths) keep the
+        prior."""
+        rows = [list(x) for x in xs]
+        if len(rows) < MIN_SAMPLES or len({len(r) for r in rows}) != 1:
+            return
+        a = np.hstack([np.asarray(rows, dtype=np.float64), np.ones((len(rows), 1))])
+        y = np.asarray(ys, dtype=np.float64)
+        reg = RIDGE * np.eye(a.shape[1])
+        reg[-1, -1] = 0.0
+        w = np.linalg.solve(a.T @ a + reg, a.T @ y)
+        self.weights[family] = [float(v) for v in w]
+        self.samples[family] = len(rows)
+
+
+def family(space: Space) -> str:
+    return space.version.split("/")[0]
+
+
+def rank(model: CostModel, space: Space, ctx: Ctx, default: Lowered, lower: Any,
+         limit: int = 4000) -> list[tuple[float, Point, Lowered]]:
+    """The space's points (at most `limit`, in product order) the template accepts, as (predicted log
+    ratio, point, lowered), best first; points whose kernels are the default's are dropped."""
+    base = _source(default)
+    out: list[tuple[float, Point, Lowered]] = []
+    seen = {base}
+    for i, point in enumerate(space.points()):
+        if i >= limit:
+            break
+        low = lower(point)
+        if low is None:
+            continue
+        src = _source(low)
+        if src in seen:
+            continue
+        seen.add(src)
+        f = features(space, point, low, default, ctx.device.compute_units)
+        out.append((model.predict(family(space), f), point, low))
+    out.sort(key=lambda t: (t[0], sorted(t[1].items())))
+    return out
+
+
+def _source(low: Lowered) -> str:
+    return "\n".join(f"{k.source}{k.global_size}{k.local_size}" for k in low.kernels) + repr(
+        sorted((i, repr(p)) for i, p in low.pack.items()))

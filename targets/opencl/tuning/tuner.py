@@ -1,0 +1,373 @@
+"""tessel-tune's driver: find a model's kernels, spend the budget where its time is, keep what measures
+faster, confirm it on the whole model, and choose the way the runtime runs it.
+
+1. `collect` lowers a copy of the module once with an empty `Tuning` whose hook sees every kernel: its
+   signature (records.signature), a standalone copy of its op (measure.standalone), its space, its uses
+   and its roofline time (cost.roofline_us with the device's calibrated peaks).
+2. Kernels are tuned in order of roofline time x uses, skipping those the records already hold for this
+   device and space version (a second run resumes), each within a share of the budget left: the space's
+   points ranked by the cost model (cost.rank), the default and as many of the best-ranked points as the
+   share allows compiled and timed in interleaved rounds (measure.compare); the default stays unless a
+   point beats it by more than the noise (measure.winner). Each kernel's record is written at once, so an
+   interrupted run keeps what it measured.
+3. The confirming run lowers the whole model with and without the new records and times both in
+   interleaved cycles; when the tuned model is not faster, this run's records are rewritten to keep the
+   defaults. Then the runtime's own comparison of its ways to run (pool, inline, cooperative: runtime.py
+   `auto`) is made on the chosen program, and the way it settles on becomes the model record.
+`tune_kernel` (step 2 for one kernel) and `confirm` (step 3) take and return plain data, so a Ray worker
+can run them (distributed.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ....ir.core import Module, Op
+from ....ir.parser import parse_module
+from ....ir.printer import to_text
+from ....passes.analysis import op_cost
+from ..kernels import load_all
+from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
+from ..records import EXECUTION_SPACE, Record, Tuning, label, merge
+from ..space import Space, space_of
+from . import measure
+from .cost import CostModel, family, features, rank, roofline_us
+
+MAX_POINTS = 12
+"""Points measured a kernel at most, beside the default."""
+KERNEL_SHARE = 0.75
+"""Of the budget, what the kernels may take; the rest is the confirming run's and the execution choice's."""
+RESERVE_PER_KERNEL = 0.4
+"""Seconds a distinct kernel adds to the confirming run (two whole-program builds and the runs)."""
+MIN_KERNEL_SECONDS = 1.5
+"""A kernel is tuned only with at least this long left for it (compiling a point takes 0.1-0.5 s)."""
+MAX_KERNEL_SECONDS = 12.0
+
+
+@dataclass
+class Found:
+    """One distinct kernel of the model."""
+
+    key: str
+    label: str
+    op: str
+    module: Module  # the op alone (measure.standalone)
+    space_size: int
+    uses: int = 1
+    est_us: float = 0.0  # roofline time of one use
+
+
+@dataclass
+class Report:
+    """What one tessel-tune run did, for its summary and for the bench."""
+
+    kernels: int = 0  # distinct kernel signatures in the model
+    tunable: int = 0  # of those, with a schedule space
+    tuned: int = 0  # measured in this run
+    resumed: int = 0  # skipped: already in the records
+    improved: int = 0  # a point other than the default won
+    measured: int = 0  # points compiled and timed (defaults excluded)
+    space_points: int = 0  # valid points of the tuned kernels' spaces, defaults excluded
+    confirm: str = ""  # the confirming run's verdict
+    speedup: float = 1.0  # untuned / tuned whole-model time in the confirming run
+    execution: str = ""
+    seconds: float = 0.0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def saved(self) -> int:
+        return max(0, self.space_points - self.measured)
+
+
+# 1. the model's kernels ------------------------------------------------------------------------------
+def collect(text: str, info: DeviceInfo, options: dict[str, Any], fingerprint: str,
+            peaks: Any) -> tuple[list[Found], dict[str, str]]:
+    """The distinct kernels of the module `text` (most roofline time first) and its model signatures."""
+    from ..lower import lower_module
+
+    found: dict[str, Found] = {}
+
+    def hook(key: str, op: Op, ctx: Ctx, low: Lowered, sp: Space | None, module: Module) -> None:
+        cost = op_cost(op, module)
+        est = roofline_us(cost.flops, cost.bytes, peaks)
+        if key in found:
+            found[key].uses += 1
+            return
+        size = 0 if sp is None else sp.size()
+        copy = measure.standalone(op, module, ctx.constant) if sp is not None else Module()
+        found[key] = Found(key, label(op), op.name, copy, size, 1, est)
+
+    tuning = Tuning([], fingerprint, collect=hook)
+    lower_module(parse_module(text, "<tune>"), info, None, dict(options), tuning)
+    order = sorted(found.values(), key=lambda f: (-f.est_us * f.uses, f.key))
+    return order, dict(tuning.models)
+
+
+# 2. one kernel ---------------------------------------------------------------------------------------
+def _the_op(module: Module) -> tuple[Op, tuple[bool, ...]]:
+    func = module.funcs[0]
+    consts = {id(o.results[0]) for o in func.block.ops if o.name == "const"}
+    op = next(o for o in func.block.ops if o.name not in ("const", "return"))
+    return op, tuple(id(v) in consts for v in op.operands)
+
+
+def tune_kernel(found: Found, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
+                model: CostModel, seconds: float, max_points: int = MAX_POINTS) -> Record | None:
+    """Measure `found`'s default and its best-ranked points within about `seconds`; its record (None when
+    it has no space, or its default cannot be measured)."""
+    from ....ir.ops.registry import op_sig
+
+    t0 = time.perf_counter()
+    load_all()
+    op, constant = _the_op(found.module)
+    fn = TEMPLATES[op.name]
+    ctx = Ctx(op.name, op_sig(op, found.module.resources), info, constant, dict(options),
+              body=op.regions[0].blocks[0] if op.regions else None, resources=found.module.resources)
+    default = fn(ctx)
+    sp = space_of(ctx, default)
+    if sp is None:
+        return None
+
+    def lower(point: dict[str, Any]) -> Lowered | None:
+        try:
+            return fn(replace(ctx, schedule={**options, **point}))
+        except NotLowerable:
+            return None
+
+    ranked = rank(model, sp, ctx, default, lower)
+    trials = [measure.load(measure.lower_point(op, found.module, constant, info, options, {}), device, {})]
+    load_s = time.perf_counter() - t0
+    feats: list[list[float]] = [features(sp, {}, default, default, info.compute_units)]
+    for _, point, low in ranked:
+        spent = time.perf_counter() - t0
+        if len(trials) > max_points or spent + load_s + 0.3 * seconds > seconds:
+            break
+        t1 = time.perf_counter()
+        try:
+            module = measure.lower_point(op, found.module, constant, info, options, point)
+            trial = measure.load(module, device, point)
+        except Exception:  # noqa: BLE001 - a point that does not build or run is not a candidate
+            continue
+        load_s = max(load_s * 0.5, time.perf_counter() - t1)
+        if trial.source == trials[0].source:
+            continue
+        trials.append(trial)
+        feats.append(features(sp, point, low, default, info.compute_units))
+    left = seconds - (time.perf_counter() - t0)
+    c = measure.compare(trials, rounds=9, block=2, max_seconds=max(0.5, left))
+    w = measure.winner(c) if len(trials) > 1 else 0
+    fam = family(sp)
+    return Record(
+        "kernel", found.key, fingerprint, sp.version, dict(trials[w].point), round(c.us[0], 3),
+        round(c.us[w], 3), c.rounds * 2, op=found.op, label=found.label,
+        device_name=info.name, measured=len(trials) - 1, space_size=found.space_size or sp.size(),
+        trials=[[dict(t.point), round(us, 3), fam, [round(x, 4) for x in f]]
+                for t, us, f in zip(trials, c.us, feats, strict=True)])
+
+
+# 3. the whole model ----------------------------------------------------------------------------------
+@dataclass
+class Confirmed:
+    untuned_us: float
+    tuned_us: float
+    ratio: float  # median over cycles of tuned / untuned
+    spread: float
+    execution: str
+    note: str
+
+
+def _lowered(text: str, info: DeviceInfo, options: dict[str, Any], records: Sequence[Record],
+             fingerprint: str) -> Module:
+    from ..lower import lower_module
+
+    return lower_module(parse_module(text, "<tune>"), info, None, dict(options), Tuning(records, fingerprint))
+
+
+def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
+            records: Sequence[Record], seconds: float) -> Confirmed:
+    """Time the module lowered with and without `records` side by side (execution on the pool for both),
+    then let the runtime choose its way to run the tuned one (or the untuned one, if not faster)."""
+    from ..runtime import Executable
+    from .measure import random_inputs
+
+    t0 = time.perf_counter()
+    mods = [_lowered(text, info, options, group, fingerprint) for group in ([], records)]
+    exes = [Executable(m, m.funcs[0], device, execution="pool") for m in mods]
+    inputs = [list(random_inputs(mods[0].funcs[0], 0)) for _ in exes]
+    for e, x in zip(exes, inputs, strict=True):
+        e.enqueue(x)
+    times: list[list[float]] = [[], []]
+    cycles = 0
+    while cycles < 40:
+        for k in range(2):
+            i = (k + cycles) % 2
+            best = math.inf
+            for _ in range(2):
+                t1 = time.perf_counter()
+                exes[i].enqueue(inputs[i])
+                best = min(best, time.perf_counter() - t1)
+            times[i].append(best)
+        cycles += 1
+        spent = time.perf_counter() - t0
+        if cycles >= 5 and spent / cycles * (cycles + 1) > seconds * 0.7:
+            break
+    ratios = [t / u for t, u in zip(times[1], times[0], strict=True)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    ratio, spread = statistics.median(ratios), (q[2] - q[0]) / 2
+    keep = 1 if ratio < 1.0 else 0
+    way = _execution(mods[keep], device, inputs[keep])
+    return Confirmed(statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6, ratio, spread,
+                     way, f"{cycles} cycles")
+
+
+def _execution(module: Module, device: Any, inputs: list[Any]) -> str:
+    """The way `auto` settles on for this program (pool, inline or cooperative; a hybrid plan is not
+    recorded: its placement depends on the moment's per-kernel times)."""
+    from ..runtime import Executable
+
+    exe = Executable(module, module.funcs[0], device, execution="auto")
+    if exe.companion is None:
+        return ""
+    exe.run(inputs)
+    exe.settle(inputs)
+    way = exe.running_on
+    return way if way in ("pool", "inline", "cooperative") else ""
+
+
+# the run -----------------------------------------------------------------------------------------------
+Progress = Callable[[str, float], None]  # (what is being done, fraction of the budget spent)
+
+
+def train_model(records: Sequence[Record]) -> CostModel:
+    from .cost import CostModel as Model
+
+    model = Model()
+    xs: dict[str, list[list[float]]] = {}
+    ys: dict[str, list[float]] = {}
+    for r in records:
+        if r.kind != "kernel" or r.default_us <= 0:
+            continue
+        for t in r.trials:
+            if len(t) < 4 or not t[1] or t[1] <= 0:
+                continue
+            xs.setdefault(str(t[2]), []).append([float(x) for x in t[3]])
+            ys.setdefault(str(t[2]), []).append(math.log(float(t[1]) / r.default_us))
+    for fam in xs:
+        model.fit(fam, xs[fam], ys[fam])
+    return model
+
+
+def tune(text: str, device: Any, budget: float, records: list[Record], options: dict[str, Any],
+         save: Callable[[list[Record]], None], progress: Progress | None = None,
+         runner: Any = None, max_points: int = MAX_POINTS) -> tuple[list[Record], Report]:
+    """Tune the module `text` on `device` for about `budget` seconds, starting from `records` (any
+    device's: only this device's count as measured). `save(all records)` is called after each kernel.
+    `runner`: a distributed.RayRunner to measure on (default: here, in this process)."""
+    from .. import device as dev
+    from ..profile import calibrate, load_peaks, save_peaks
+
+    t0 = time.perf_counter()
+    info = dev.device_info(device)
+    fp = dev.fingerprint(device)
+    report = Report()
+    say = progress or (lambda what, frac: None)
+    peaks = load_peaks(device)
+    if peaks is None:
+        say("calibrating the device's roofline (tessel-run --calibrate)", 0.0)
+        peaks = calibrate(device, repeat=3)
+        save_peaks(device, peaks)
+    say("finding the model's kernels", 0.0)
+    kernels, models = collect(text, info, options, fp, peaks)
+    report.kernels = len(kernels)
+    tunable = [k for k in kernels if k.space_size > 1]
+    report.tunable = len(tunable)
+    known = Tuning(records, fp)
+    model = train_model(records)
+    new: list[Record] = []
+
+    def elapsed() -> float:
+        return time.perf_counter() - t0
+
+    # the confirming run compiles the whole program twice (about RESERVE_PER_KERNEL a kernel each time)
+    kernel_end = budget - min(budget / 2, max(budget * (1 - KERNEL_SHARE), RESERVE_PER_KERNEL * len(kernels)))
+    todo = []
+    for k in tunable:
+        op_space = _space_version(k, info, options)
+        if known.find("kernel", k.key, op_space)[0] is not None:
+            report.resumed += 1
+        else:
+            todo.append(k)
+    total_est = sum(k.est_us * k.uses for k in todo) or 1.0
+    if runner is not None:
+        new = runner.tune_kernels(todo, fp, options, model, kernel_end - elapsed(), say)
+        save(merge(records, new))
+    else:
+        for i, k in enumerate(todo):
+            left = kernel_end - elapsed()
+            if left < MIN_KERNEL_SECONDS:
+                break
+            rest = sum(x.est_us * x.uses for x in todo[i:]) or total_est
+            share = min(MAX_KERNEL_SECONDS, max(MIN_KERNEL_SECONDS, left * (k.est_us * k.uses) / rest * 2))
+            say(f"kernel {i + 1}/{len(todo)}: {k.label[:60]}", elapsed() / budget)
+            rec = tune_kernel(k, device, info, fp, options, model, min(share, left), max_points)
+            if rec is not None:
+                new.append(rec)
+                save(merge(records, new))
+    for rec in new:
+        report.tuned += 1
+        report.improved += bool(rec.schedule)
+        report.measured += rec.measured
+        report.space_points += max(0, rec.space_size - 1)
+        report.rows.append({"label": rec.label, "key": rec.key, "default_us": rec.default_us,
+                            "best_us": rec.best_us, "schedule": rec.schedule, "measured": rec.measured,
+                            "space": rec.space_size})
+    everything = merge(records, new)
+    model_key = next(iter(models.values()), "")
+    if model_key and known.find("model", model_key, EXECUTION_SPACE)[0] is None:
+        say("confirming on the whole model", elapsed() / budget)
+        left = max(2.0, budget - elapsed())
+        if runner is not None:
+            c = runner.confirm(text, fp, options, everything, left)
+        else:
+            c = confirm(text, device, info, fp, options, everything, left)
+        report.speedup = 1.0 / c.ratio if c.ratio > 0 else 1.0
+        if c.ratio >= 1.0 and any(r.schedule for r in new):
+            report.confirm = (f"tuned {c.tuned_us:.1f} us against {c.untuned_us:.1f} us untuned: not faster, "
+                              "this run's kernels keep their defaults")
+            new = [replace(r, schedule={}, best_us=r.default_us) for r in new]
+            report.improved = 0
+            report.speedup = 1.0
+        else:
+            report.confirm = (f"tuned {c.tuned_us:.1f} us, untuned {c.untuned_us:.1f} us "
+                              f"(ratio {c.ratio:.3f} +- {c.spread:.3f}, {c.note})")
+        report.execution = c.execution
+        if c.execution:
+            func_name = next(iter(models))
+            new.append(Record("model", model_key, fp, EXECUTION_SPACE, {"execution": c.execution},
+                              round(c.untuned_us, 3), round(min(c.tuned_us, c.untuned_us), 3), 0,
+                              op=func_name, label=f"func @{func_name}, {len(kernels)} kernels",
+                              device_name=info.name))
+        everything = merge(records, new)
+        save(everything)
+    report.seconds = elapsed()
+    return everything, report
+
+
+def _space_version(k: Found, info: DeviceInfo, options: dict[str, Any]) -> str | None:
+    from ....ir.ops.registry import op_sig
+
+    load_all()
+    op, constant = _the_op(k.module)
+    ctx = Ctx(op.name, op_sig(op, k.module.resources), info, constant, dict(options),
+              body=op.regions[0].blocks[0] if op.regions else None, resources=k.module.resources)
+    sp = space_of(ctx, TEMPLATES[op.name](ctx))
+    return sp.version if sp else None
+
+
+def module_text(module: Module) -> str:
+    return to_text(module)
