@@ -186,3 +186,7 @@ def _check_lowering(module: Module, name: str, arrays: list[np.ndarray], referen
                            "the lowered module does not match the numpy reference", func=func)
     if error is not None:
         raise error
+
+
+if __name__ == "__main__":
+    main()

@@ -49,6 +49,10 @@ Examples:
               help="Measure on a Ray cluster (pip install 'tessel[distributed]'): each kernel is a task "
               "holding one whole device through the custom resource 'tessel-device-<fingerprint>' (one "
               "unit per device; see --print-fingerprint). 'local' starts a one-node cluster here.")
+@click.option("--list-kernels", is_flag=True,
+              help="List the model's distinct kernels (signature key, uses, schedule space and its size, "
+              "what it computes), most roofline time first, and exit; measures nothing (--device=generic "
+              "lists them for the generic device, with no OpenCL).")
 @click.option("--print-fingerprint", is_flag=True,
               help="Print the device's fingerprint (what records are keyed by) and its name, and exit.")
 @click.option("--report-json", metavar="FILE",
@@ -59,8 +63,8 @@ Examples:
 @handle_errors
 def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str, opt_level: int | None,
          input_shape: tuple[str, ...], max_points: int, merge: bool, ray_address: str | None,
-         print_fingerprint: bool, report_json: str | None, verbose: bool, no_winograd: bool,
-         debug: bool) -> None:
+         list_kernels: bool, print_fingerprint: bool, report_json: str | None, verbose: bool,
+         no_winograd: bool, debug: bool) -> None:
     """Tune a model's kernels on a device and write tuning records.
 
     INPUT is a .tsl module at graph or kernel level (what tessel-codegen lowers) or an ONNX model
@@ -83,6 +87,10 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
         with atomic_output(output) as f:
             for r in merged(*groups):
                 f.write(r.line() + "\n")
+        return
+    if list_kernels:
+        _list(_model(inputs[0] if inputs else "-", input_shape, opt_level), device,
+              lower_schedule(no_winograd))
         return
     d = _device(device)
     if print_fingerprint:
@@ -126,6 +134,29 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
             rep["saved"] = report.saved
             json.dump(rep, f, indent=2, sort_keys=True)
             f.write("\n")
+
+
+def _list(module: Any, spec: str, options: dict[str, Any]) -> None:
+    """--list-kernels: each distinct kernel's key, uses, space and size, and label."""
+    from ..ir.printer import to_text
+    from ..targets.opencl.kernels.base import DeviceInfo
+    from ..targets.opencl.profile import Peaks, load_peaks
+    from ..targets.opencl.tuning.tuner import collect, space_version
+
+    if spec == "generic":
+        info, peaks = DeviceInfo.generic(), None
+    else:
+        from ..targets.opencl import device as dev
+
+        d = _device(spec)
+        info, peaks = dev.device_info(d), load_peaks(d)
+    kernels, models = collect(to_text(module), info, options, info.fingerprint, peaks or Peaks(100, 20, 10))
+    for k in kernels:
+        version = space_version(k, info, options) if k.space_size else None
+        space = f"{version} ({k.space_size} points)" if version else "no space"
+        click.echo(f"{k.key}  {k.uses}x  {space:<22} {k.label}")
+    for name, key in models.items():
+        click.echo(f"{key}  model @{name}")
 
 
 def _device(spec: str) -> Any:
@@ -192,3 +223,7 @@ def _summary(report: Any, output: str, verbose: bool) -> None:
             sched = ", ".join(f"{k}={v}" for k, v in sorted(row["schedule"].items())) or "default"
             say.write(f"  {row['default_us']:9.1f} -> {row['best_us']:9.1f} us  {sched:<28} "
                       f"{row['measured']:3d}/{row['space']:<5d} {row['label'][:70]}\n")
+
+
+if __name__ == "__main__":
+    main()

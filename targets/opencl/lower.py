@@ -247,11 +247,11 @@ def _apply_record(op: Op, ctx: Ctx, fn: Template, low: Lowered, st: _State,
     def remark(kind: str, reason: str, message: str) -> None:
         st.remarks.append(Remark.make("codegen", kind, "tuning", reason, [op], f"kernel {key}: {message}"))
 
-    record, why = st.tuning.find("kernel", key, sp.version if sp else None)
+    record, reason, why = st.tuning.find("kernel", key, sp.version if sp else None)
     if record is None:
-        if sp is None and why == "no record":
-            why = f"no record ('{op.name}' has no schedule space here)"
-        remark("missed", why.split(" (")[0].replace(" ", "-"), why)
+        if sp is None and reason == "no-record":
+            reason, why = "no-space", f"no record ('{op.name}' has no schedule space here)"
+        remark("missed", reason, why)
         return ctx, low
     times = f"{record.default_us:.1f} -> {record.best_us:.1f} us"
     if not record.schedule:
@@ -278,7 +278,7 @@ def _apply_execution(func: Func, st: _State) -> None:
     assert st.tuning is not None
     key = model_key(st.keys)
     st.tuning.models[func.name] = key
-    record, why = st.tuning.find("model", key, EXECUTION_SPACE)
+    record, _, why = st.tuning.find("model", key, EXECUTION_SPACE)
     way = record.schedule.get("execution") if record else None
     pos = next((o for o in func.block.ops if o.name == "cl.launch"), None)
     ops = [pos] if pos is not None else []

@@ -145,20 +145,21 @@ class Tuning:
         for r in merge(records):
             self.by_key.setdefault((r.kind, r.key), []).append(r)
 
-    def find(self, kind: str, key: str, space: str | None) -> tuple[Record | None, str]:
-        """The record for this key on this device in `space`, or None and why none applies."""
+    def find(self, kind: str, key: str, space: str | None) -> tuple[Record | None, str, str]:
+        """The record for this key on this device in `space`, or None, with a reason code and a message
+        saying why none applies."""
         found = self.by_key.get((kind, key), [])
         if not found:
-            return None, "no record"
+            return None, "no-record", "no record"
         mine = [r for r in found if r.device == self.device]
         if not mine:
             names = sorted({r.device_name or r.device for r in found})
-            return None, f"only records for another device ({', '.join(names)})"
+            return None, "other-device", f"only records for another device ({', '.join(names)})"
         match = [r for r in mine if r.space == space]
         if not match:
-            return None, (f"a record of space {mine[0].space}, the template's space is now "
-                          f"{space or 'none'}")
-        return match[0], ""
+            return None, "other-space", (f"a record of space {mine[0].space}, the template's space is now "
+                                         f"{space or 'none'}")
+        return match[0], "", ""
 
 
 # signatures -----------------------------------------------------------------------------------------------

@@ -1076,10 +1076,18 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
         schedule["expand"] = 1  # the fill computes the input from a narrower x
     if in_block or out_block or in_place:  # in place: the input read with no repack
         schedule.update(in_block=in_block, out_block=out_block, in_place=in_place)
+    if "local" in ctx.schedule:
+        schedule["local"] = local
     return Lowered(kernels, [] if in_place or local_repack else [scratch], pack, schedule)
 
 
 # the schedule space (space.py): what tessel-tune may try ------------------------------------------------
+def _default_local(low: Lowered) -> int:
+    """The work-group size of the main kernel (the last)."""
+    k = low.kernels[-1]
+    return int(k.local_size[0]) if k.local_size else 1
+
+
 TILE_SIDES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 
 
@@ -1146,6 +1154,8 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
         blocks = {b for b in (4, 8, 16) if b <= geo.cg} | {cb}
         knobs.append(Knob("cin_block", tuple(sorted(blocks)), "input channels a block"))
         point["cin_block"] = cb
+    knobs.append(Knob("local", (1, 2, 4, 8), "work-items a work-group"))
+    point["local"] = _default_local(default)
     o = geo.o
 
     def registers(p: Point) -> bool:

@@ -42,8 +42,13 @@ MAX_POINTS = 12
 """Points measured a kernel at most, beside the default."""
 KERNEL_SHARE = 0.75
 """Of the budget, what the kernels may take; the rest is the confirming run's and the execution choice's."""
+MIN_NOISE = 0.01
+"""The confirming run reverts this run's records only when the tuned model is slower by more than this
+and more than the spread of its cycles' ratios."""
 RESERVE_PER_KERNEL = 0.4
-"""Seconds a distinct kernel adds to the confirming run (two whole-program builds and the runs)."""
+"""Seconds a distinct kernel adds to a whole-program build, when the untuned build was not timed (Ray)."""
+CONFIRM_SECONDS = 2.0
+"""The confirming run's timed cycles, at most (beside building the tuned program)."""
 MIN_KERNEL_SECONDS = 1.5
 """A kernel is tuned only with at least this long left for it (compiling a point takes 0.1-0.5 s)."""
 MAX_KERNEL_SECONDS = 12.0
@@ -188,19 +193,51 @@ def _lowered(text: str, info: DeviceInfo, options: dict[str, Any], records: Sequ
     return lower_module(parse_module(text, "<tune>"), info, None, dict(options), Tuning(records, fingerprint))
 
 
-def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
-            records: Sequence[Record], seconds: float) -> Confirmed:
-    """Time the module lowered with and without `records` side by side (execution on the pool for both),
-    then let the runtime choose its way to run the tuned one (or the untuned one, if not faster)."""
+@dataclass
+class Baseline:
+    """The untuned model, loaded and settled: what the confirming run compares against."""
+
+    exe: Any  # runtime.Executable, run the way `auto` chose
+    inputs: list[Any]
+    way: str  # pool, inline or cooperative ('' for a hybrid plan or a device without a companion)
+    build_seconds: float  # lowering, loading and the first run
+
+
+def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any]) -> Baseline:
+    """Lower and load the untuned module and let the runtime choose its way to run it (`auto`: pool, inline
+    or cooperative; a hybrid plan is not recorded, its placement depends on the moment's kernel times)."""
     from ..runtime import Executable
     from .measure import random_inputs
 
     t0 = time.perf_counter()
-    mods = [_lowered(text, info, options, group, fingerprint) for group in ([], records)]
-    exes = [Executable(m, m.funcs[0], device, execution="pool") for m in mods]
-    inputs = [list(random_inputs(mods[0].funcs[0], 0)) for _ in exes]
+    module = _lowered(text, info, options, [], fingerprint)
+    inputs = list(random_inputs(module.funcs[0], 0))
+    exe = Executable(module, module.funcs[0], device, execution="auto")
+    exe.run(inputs)
+    build = time.perf_counter() - t0
+    way = ""
+    if exe.companion is not None:
+        exe.settle(inputs)
+        way = exe.running_on if exe.running_on in ("pool", "inline", "cooperative") else ""
+    if not way:
+        exe = Executable(module, module.funcs[0], device, execution="pool")
+    return Baseline(exe, inputs, way, build)
+
+
+def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
+            records: Sequence[Record], seconds: float, base: Baseline | None = None) -> Confirmed:
+    """Time the module lowered with `records` and the untuned one (`base`, made here when not given) side
+    by side in interleaved cycles, both run the way `auto` chose for the untuned one."""
+    from ..runtime import Executable
+
+    base = base or baseline(text, device, info, fingerprint, options)
+    way = base.way
+    tuned = _lowered(text, info, options, records, fingerprint)
+    exes = [base.exe, Executable(tuned, tuned.funcs[0], device, execution=way or "pool")]
+    inputs = [base.inputs, base.inputs]
     for e, x in zip(exes, inputs, strict=True):
         e.enqueue(x)
+    t0 = time.perf_counter()  # `seconds` is for the timed cycles
     times: list[list[float]] = [[], []]
     cycles = 0
     while cycles < 40:
@@ -214,29 +251,12 @@ def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options:
             times[i].append(best)
         cycles += 1
         spent = time.perf_counter() - t0
-        if cycles >= 5 and spent / cycles * (cycles + 1) > seconds * 0.7:
+        if cycles >= 5 and spent / cycles * (cycles + 1) > seconds:
             break
     ratios = [t / u for t, u in zip(times[1], times[0], strict=True)]
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
-    ratio, spread = statistics.median(ratios), (q[2] - q[0]) / 2
-    keep = 1 if ratio < 1.0 else 0
-    way = _execution(mods[keep], device, inputs[keep])
-    return Confirmed(statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6, ratio, spread,
-                     way, f"{cycles} cycles")
-
-
-def _execution(module: Module, device: Any, inputs: list[Any]) -> str:
-    """The way `auto` settles on for this program (pool, inline or cooperative; a hybrid plan is not
-    recorded: its placement depends on the moment's per-kernel times)."""
-    from ..runtime import Executable
-
-    exe = Executable(module, module.funcs[0], device, execution="auto")
-    if exe.companion is None:
-        return ""
-    exe.run(inputs)
-    exe.settle(inputs)
-    way = exe.running_on
-    return way if way in ("pool", "inline", "cooperative") else ""
+    return Confirmed(statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6,
+                     statistics.median(ratios), (q[2] - q[0]) / 2, way, f"{cycles} cycles, {way or 'pool'}")
 
 
 # the run -----------------------------------------------------------------------------------------------
@@ -294,10 +314,15 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
         return time.perf_counter() - t0
 
     # the confirming run compiles the whole program twice (about RESERVE_PER_KERNEL a kernel each time)
-    kernel_end = budget - min(budget / 2, max(budget * (1 - KERNEL_SHARE), RESERVE_PER_KERNEL * len(kernels)))
+    base = None
+    if runner is None:  # the untuned model first: its build time says how long the confirming run takes
+        say("loading the untuned model", elapsed() / budget)
+        base = baseline(text, device, info, fp, options)
+    build = base.build_seconds if base else RESERVE_PER_KERNEL * len(kernels)
+    kernel_end = budget - min(budget / 2, max(budget * (1 - KERNEL_SHARE), 1.5 * build + CONFIRM_SECONDS))
     todo = []
     for k in tunable:
-        op_space = _space_version(k, info, options)
+        op_space = space_version(k, info, options)
         if known.find("kernel", k.key, op_space)[0] is not None:
             report.resumed += 1
         else:
@@ -328,17 +353,18 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
                             "space": rec.space_size})
     everything = merge(records, new)
     model_key = next(iter(models.values()), "")
-    if model_key and known.find("model", model_key, EXECUTION_SPACE)[0] is None:
+    if model_key and (new or known.find("model", model_key, EXECUTION_SPACE)[0] is None):
         say("confirming on the whole model", elapsed() / budget)
-        left = max(2.0, budget - elapsed())
+        left = max(1.0, budget - elapsed() - 1.2 * build)
         if runner is not None:
             c = runner.confirm(text, fp, options, everything, left)
         else:
-            c = confirm(text, device, info, fp, options, everything, left)
+            c = confirm(text, device, info, fp, options, everything, left, base)
         report.speedup = 1.0 / c.ratio if c.ratio > 0 else 1.0
-        if c.ratio >= 1.0 and any(r.schedule for r in new):
-            report.confirm = (f"tuned {c.tuned_us:.1f} us against {c.untuned_us:.1f} us untuned: not faster, "
-                              "this run's kernels keep their defaults")
+        if c.ratio > 1.0 + max(MIN_NOISE, c.spread) and any(r.schedule for r in new):
+            report.confirm = (f"tuned {c.tuned_us:.1f} us against {c.untuned_us:.1f} us untuned (ratio "
+                              f"{c.ratio:.3f} +- {c.spread:.3f}): slower, this run's kernels keep their "
+                              "defaults")
             new = [replace(r, schedule={}, best_us=r.default_us) for r in new]
             report.improved = 0
             report.speedup = 1.0
@@ -358,7 +384,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     return everything, report
 
 
-def _space_version(k: Found, info: DeviceInfo, options: dict[str, Any]) -> str | None:
+def space_version(k: Found, info: DeviceInfo, options: dict[str, Any]) -> str | None:
     from ....ir.ops.registry import op_sig
 
     load_all()
