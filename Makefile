@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-resources conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-resources conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -64,6 +64,13 @@ bench: setup $(BENCH_STAMP)
 
 bench-zoo: setup $(BENCH_STAMP)
 	$(BIN)/python bench/bench.py --suite zoo
+
+# tessel-tune on the light models and the zoo: TUNE_BUDGET seconds a model (default 60), then the model
+# lowered with and without its records timed side by side in one process (tuned / untuned medians, and
+# onnxruntime beside them); records in bench/results/tuning/, JSON in bench/results/tune-<time>.json.
+TUNE_BUDGET ?= 60
+bench-tune: setup $(BENCH_STAMP)
+	$(BIN)/python bench/tune_bench.py --budget $(TUNE_BUDGET) $(if $(MODELS),--models $(MODELS))
 
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py

@@ -40,7 +40,7 @@ Examples:
               "tuned as given: the IR tessel-codegen will lower).")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
               help="Make a dynamic ONNX input static (as tessel-import).")
-@click.option("--max-points", type=click.IntRange(1, 1000), default=12, show_default=True, metavar="N",
+@click.option("--max-points", type=click.IntRange(1, 1000), default=24, show_default=True, metavar="N",
               help="Schedule points measured a kernel at most, beside the template's default.")
 @click.option("--merge", is_flag=True,
               help="Merge the record files INPUT... into one: one record per (kind, key, device, space), the "

@@ -152,11 +152,13 @@ class Executable:
         self._props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.context, self.device, properties=self._props)
         self.profile = profile
-        # an explicit choice, else the environment's, else the func's `execution` attribute (a tuning
-        # record's, tessel-codegen --tuning-records), else `auto`
+        # an explicit choice, else the environment's, else `auto`; under `auto` the func's `execution`
+        # attribute (a tuning record's, tessel-codegen --tuning-records) is the way runs start in
         given = execution or os.environ.get("TESSEL_EXECUTION")
+        self.execution = given or "auto"
         tuned = "" if given else str(func.attrs.get("execution", ""))
-        self.execution = given or tuned or "auto"
+        self.preferred = tuned if tuned in ("pool", "inline", "cooperative") else ""
+        """The way a tuning record says to run in (`auto` then starts there and only rechecks it)."""
         if self.execution not in EXECUTIONS:
             raise DiagnosticError(Diagnostic(
                 "error", f"unknown execution '{self.execution}' (expected one of {', '.join(EXECUTIONS)})"))
@@ -209,9 +211,7 @@ class Executable:
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
         if self.execution == "cooperative":
-            if not self._use_cooperative() and tuned:
-                self.execution = "auto"  # the record's way is not possible here (TESSEL_NO_SVM): adapt
-            elif self.running_on != "cooperative":
+            if not self._use_cooperative():
                 raise DiagnosticError(Diagnostic(
                     "error", "cooperative execution needs PoCL's pthread device with its basic companion "
                     "and fine-grained SVM"))
@@ -594,15 +594,31 @@ class Executable:
 
     def _count(self, inputs: Sequence[np.ndarray]) -> None:
         self._runs += 1
-        if self._runs == ADAPT_AFTER:
+        if self._runs == ADAPT_AFTER or (self._runs == 1 and self.preferred):
             self.settle(inputs)
+
+    def _prefer(self) -> None:
+        """`auto` with a tuning record's way: run that way from now on (the pool when it is not possible
+        here), and let the rechecks compare it with the pool and inline in turn, as after `_adapt`."""
+        n = len(self._live)
+        plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
+        if self.preferred == "cooperative" and self._cooperative_runner() is not None:
+            plans["cooperative"] = ["cooperative"] * n
+        way = self.preferred if self.preferred in plans else "pool"
+        self.place(plans[way])
+        others = [k for k in plans if k != way]
+        self.adapt_note = f"{way}: the tuning record's way (rechecked against {' and '.join(others)})"
+        self._choice = Choice(way, others, plans, time.perf_counter() + RECHECK_SECONDS)
 
     def settle(self, inputs: Sequence[np.ndarray]) -> None:
         """Under `auto`, choose among the pool, the inline device and a hybrid of both now (once), on these
         inputs; a no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before
         timing."""
         if self.execution == "auto" and self.companion is not None and not self.adapt_note:
-            self._adapt(inputs)
+            if self.preferred:
+                self._prefer()
+            else:
+                self._adapt(inputs)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self._count(inputs)

@@ -328,3 +328,25 @@ def test_tune_on_a_local_ray_cluster(tmp_path: Path) -> None:
     kinds = {r.kind for r in records}
     assert "kernel" in kinds and "model" in kinds
     assert all(r.device == dev.fingerprint(dev.pick_device()) for r in records)
+
+
+def test_a_recorded_execution_is_where_auto_starts() -> None:
+    """A func's `execution` attribute (a model record) is the way `auto` runs from the first run, with the
+    rechecks still armed; an explicit execution wins."""
+    from tessel.targets.opencl.runtime import Executable
+
+    device = dev.pick_device()
+    info = dev.device_info(device)
+    module = lower_module(parse_module(CONV), info)
+    func = module.funcs[0]
+    func.attrs["execution"] = "inline"
+    x = measure.random_inputs(func)
+    exe = Executable(module, func, device)
+    want = Executable(module, func, device, execution="pool").run(x)[0]
+    got = exe.run(x)[0]
+    assert abs(got - want).max() <= 1e-5 * max(1.0, abs(want).max())
+    if exe.companion is None:
+        pytest.skip("no inline companion device here")
+    assert exe.running_on == "inline" and "tuning record" in exe.adapt_note
+    assert exe._choice is not None and exe._choice.others == ["pool"]  # rechecked against the pool
+    assert Executable(module, func, device, execution="pool").running_on == "pool"

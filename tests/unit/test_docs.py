@@ -10,7 +10,7 @@ from types import ModuleType
 
 import click
 import pytest
-from tessel.cli import codegen, import_, opt, run
+from tessel.cli import codegen, compile, import_, opt, run, tune
 from tessel.cli import main as tessel_main
 from tessel.passes.manager import BUILTIN_PASSES
 
@@ -55,8 +55,10 @@ def _long_options(command: click.Command) -> list[str]:
 
 @pytest.mark.parametrize("page,command", [("tessel-opt.md", opt.main), ("tessel-run.md", run.main),
                                           ("tessel-import.md", import_.main),
-                                          ("tessel-codegen.md", codegen.main)],
-                         ids=["tessel-opt", "tessel-run", "tessel-import", "tessel-codegen"])
+                                          ("tessel-codegen.md", codegen.main), ("tessel-tune.md", tune.main),
+                                          ("tessel.md", compile.main)],
+                         ids=["tessel-opt", "tessel-run", "tessel-import", "tessel-codegen", "tessel-tune",
+                              "tessel-compile"])
 def test_every_long_option_is_documented(page: str, command: click.Command) -> None:
     text = (DOCS / "tools" / page).read_text(encoding="utf-8")
     options = _long_options(command)

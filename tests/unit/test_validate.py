@@ -203,9 +203,9 @@ def test_codegen_validate_catches_a_lowering_that_changes_numbers(tmp_path: Path
     miscompile, real = get_pass("test-miscompile"), lower.lower_module
     assert miscompile is not None
 
-    def bad_lowering(module, info, remarks=None, schedule=None):  # noqa: ANN001, ANN202
+    def bad_lowering(module, info, remarks=None, schedule=None, tuning=None):  # noqa: ANN001, ANN202
         miscompile().run(module, PassContext())
-        return real(module, info, remarks, schedule)
+        return real(module, info, remarks, schedule, tuning)
 
     monkeypatch.setattr(lower, "lower_module", bad_lowering)
     out = tmp_path / "bad.tsl"

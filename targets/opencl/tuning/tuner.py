@@ -38,15 +38,20 @@ from ..space import Space, space_of
 from . import measure
 from .cost import CostModel, family, features, rank, roofline_us
 
-MAX_POINTS = 12
+MAX_POINTS = 24
 """Points measured a kernel at most, beside the default."""
 KERNEL_SHARE = 0.75
 """Of the budget, what the kernels may take; the rest is the confirming run's and the execution choice's."""
 MIN_NOISE = 0.01
 """The confirming run reverts this run's records only when the tuned model is slower by more than this
 and more than the spread of its cycles' ratios."""
-RESERVE_PER_KERNEL = 0.4
-"""Seconds a distinct kernel adds to a whole-program build, when the untuned build was not timed (Ray)."""
+COMPILE_SECONDS_PER_KB = 0.03
+"""A cold build and first run of a program, per KiB of its OpenCL C (PoCL on this machine: densenet121's
+960 KiB 24 s, resnet50's 302 KiB 9.5 s, squeezenet's 316 KiB 9.3 s): the confirming run builds the tuned
+program anew, since a changed source recompiles every kernel."""
+RESERVE_PER_KERNEL = 0.3
+"""Seconds a distinct kernel adds to a whole-program build when the untuned program was not loaded here
+(Ray)."""
 CONFIRM_SECONDS = 2.0
 """The confirming run's timed cycles, at most (beside building the tuned program)."""
 MIN_KERNEL_SECONDS = 1.5
@@ -122,9 +127,12 @@ def _the_op(module: Module) -> tuple[Op, tuple[bool, ...]]:
 
 
 def tune_kernel(found: Found, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
-                model: CostModel, seconds: float, max_points: int = MAX_POINTS) -> Record | None:
+                model: CostModel, seconds: float, max_points: int = MAX_POINTS,
+                loads: list[float] | None = None) -> Record | None:
     """Measure `found`'s default and its best-ranked points within about `seconds`; its record (None when
-    it has no space, or its default cannot be measured)."""
+    it has no space, or its default cannot be measured). `loads` receives the seconds each candidate took
+    to lower, build and load (what a kernel costs a whole-program build, about)."""
+    loads = loads if loads is not None else []
     from ....ir.ops.registry import op_sig
 
     t0 = time.perf_counter()
@@ -145,8 +153,10 @@ def tune_kernel(found: Found, device: Any, info: DeviceInfo, fingerprint: str, o
             return None
 
     ranked = rank(model, sp, ctx, default, lower)
+    t1 = time.perf_counter()
     trials = [measure.load(measure.lower_point(op, found.module, constant, info, options, {}), device, {})]
-    load_s = time.perf_counter() - t0
+    load_s = time.perf_counter() - t1
+    loads.append(load_s)
     feats: list[list[float]] = [features(sp, {}, default, default, info.compute_units)]
     for _, point, low in ranked:
         spent = time.perf_counter() - t0
@@ -158,7 +168,8 @@ def tune_kernel(found: Found, device: Any, info: DeviceInfo, fingerprint: str, o
             trial = measure.load(module, device, point)
         except Exception:  # noqa: BLE001 - a point that does not build or run is not a candidate
             continue
-        load_s = max(load_s * 0.5, time.perf_counter() - t1)
+        loads.append(time.perf_counter() - t1)
+        load_s = max(load_s * 0.5, loads[-1])
         if trial.source == trials[0].source:
             continue
         trials.append(trial)
@@ -201,6 +212,7 @@ class Baseline:
     inputs: list[Any]
     way: str  # pool, inline or cooperative ('' for a hybrid plan or a device without a companion)
     build_seconds: float  # lowering, loading and the first run
+    source_kb: float  # the program's OpenCL C: what a cold build of a changed program costs
 
 
 def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any]) -> Baseline:
@@ -212,28 +224,30 @@ def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options
     t0 = time.perf_counter()
     module = _lowered(text, info, options, [], fingerprint)
     inputs = list(random_inputs(module.funcs[0], 0))
-    exe = Executable(module, module.funcs[0], device, execution="auto")
+    exe = Executable(module, module.funcs[0], device, execution="pool")
     exe.run(inputs)
     build = time.perf_counter() - t0
     way = ""
     if exe.companion is not None:
-        exe.settle(inputs)
-        way = exe.running_on if exe.running_on in ("pool", "inline", "cooperative") else ""
-    if not way:
-        exe = Executable(module, module.funcs[0], device, execution="pool")
-    return Baseline(exe, inputs, way, build)
+        auto = Executable(module, module.funcs[0], device, execution="auto")  # the program is built
+        auto.settle(inputs)
+        way = auto.running_on if auto.running_on in ("pool", "inline", "cooperative") else ""
+        del auto
+    source = next(str(o.attrs["source"]) for o in module.funcs[0].block.ops if o.name == "cl.program")
+    return Baseline(exe, inputs, way, build, len(source) / 1024)
 
 
 def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
             records: Sequence[Record], seconds: float, base: Baseline | None = None) -> Confirmed:
     """Time the module lowered with `records` and the untuned one (`base`, made here when not given) side
-    by side in interleaved cycles, both run the way `auto` chose for the untuned one."""
+    by side in interleaved cycles, both on the pool (the kernels' time: the tuned program's inline and
+    cooperative builds would cost more than the comparison on a large model)."""
     from ..runtime import Executable
 
     base = base or baseline(text, device, info, fingerprint, options)
     way = base.way
     tuned = _lowered(text, info, options, records, fingerprint)
-    exes = [base.exe, Executable(tuned, tuned.funcs[0], device, execution=way or "pool")]
+    exes = [base.exe, Executable(tuned, tuned.funcs[0], device, execution="pool")]
     inputs = [base.inputs, base.inputs]
     for e, x in zip(exes, inputs, strict=True):
         e.enqueue(x)
@@ -256,7 +270,7 @@ def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options:
     ratios = [t / u for t, u in zip(times[1], times[0], strict=True)]
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
     return Confirmed(statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6,
-                     statistics.median(ratios), (q[2] - q[0]) / 2, way, f"{cycles} cycles, {way or 'pool'}")
+                     statistics.median(ratios), (q[2] - q[0]) / 2, way, f"{cycles} cycles on the pool")
 
 
 # the run -----------------------------------------------------------------------------------------------
@@ -315,11 +329,16 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
 
     # the confirming run compiles the whole program twice (about RESERVE_PER_KERNEL a kernel each time)
     base = None
-    if runner is None:  # the untuned model first: its build time says how long the confirming run takes
+    if runner is None:  # the untuned model first, and the way `auto` runs it
         say("loading the untuned model", elapsed() / budget)
         base = baseline(text, device, info, fp, options)
-    build = base.build_seconds if base else RESERVE_PER_KERNEL * len(kernels)
-    kernel_end = budget - min(budget / 2, max(budget * (1 - KERNEL_SHARE), 1.5 * build + CONFIRM_SECONDS))
+    loads: list[float] = []
+
+    def reserve() -> float:
+        """Seconds the confirming run needs: building the tuned program (PoCL compiles every kernel of a
+        changed program again: COMPILE_SECONDS_PER_KB of its source) and its timed cycles."""
+        build = base.source_kb * COMPILE_SECONDS_PER_KB if base else RESERVE_PER_KERNEL * len(kernels)
+        return min(budget / 2, max(budget * (1 - KERNEL_SHARE), build + CONFIRM_SECONDS))
     todo = []
     for k in tunable:
         op_space = space_version(k, info, options)
@@ -329,17 +348,17 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
             todo.append(k)
     total_est = sum(k.est_us * k.uses for k in todo) or 1.0
     if runner is not None:
-        new = runner.tune_kernels(todo, fp, options, model, kernel_end - elapsed(), say)
+        new = runner.tune_kernels(todo, fp, options, model, budget - reserve() - elapsed(), say)
         save(merge(records, new))
     else:
         for i, k in enumerate(todo):
-            left = kernel_end - elapsed()
+            left = budget - reserve() - elapsed()
             if left < MIN_KERNEL_SECONDS:
                 break
             rest = sum(x.est_us * x.uses for x in todo[i:]) or total_est
             share = min(MAX_KERNEL_SECONDS, max(MIN_KERNEL_SECONDS, left * (k.est_us * k.uses) / rest * 2))
             say(f"kernel {i + 1}/{len(todo)}: {k.label[:60]}", elapsed() / budget)
-            rec = tune_kernel(k, device, info, fp, options, model, min(share, left), max_points)
+            rec = tune_kernel(k, device, info, fp, options, model, min(share, left), max_points, loads)
             if rec is not None:
                 new.append(rec)
                 save(merge(records, new))
@@ -355,7 +374,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     model_key = next(iter(models.values()), "")
     if model_key and (new or known.find("model", model_key, EXECUTION_SPACE)[0] is None):
         say("confirming on the whole model", elapsed() / budget)
-        left = max(1.0, budget - elapsed() - 1.2 * build)
+        left = max(1.0, budget - elapsed() - (reserve() - CONFIRM_SECONDS))
         if runner is not None:
             c = runner.confirm(text, fp, options, everything, left)
         else:
