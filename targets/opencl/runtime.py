@@ -498,6 +498,9 @@ class Executable:
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
+        if rival == "cooperative" and self._cooperative_runner() is None:  # a record's rivals: not here
+            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at)
+            return
         t0 = time.perf_counter()
         times = self._interleaved(inputs, {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
         ratio = _median_ratio(times[rival], times[best])
@@ -599,14 +602,15 @@ class Executable:
 
     def _prefer(self) -> None:
         """`auto` with a tuning record's way: run that way from now on (the pool when it is not possible
-        here), and let the rechecks compare it with the pool and inline in turn, as after `_adapt`."""
+        here), and let the rechecks compare it with the other ways in turn, as after `_adapt` (the
+        cooperative program is built only when a recheck tries it)."""
         n = len(self._live)
-        plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
-        if self.preferred == "cooperative" and self._cooperative_runner() is not None:
-            plans["cooperative"] = ["cooperative"] * n
+        plans = {"cooperative": ["cooperative"] * n, "pool": ["pool"] * n, "inline": ["inline"] * n}
+        if self.preferred == "cooperative" and self._cooperative_runner() is None:
+            del plans["cooperative"]
         way = self.preferred if self.preferred in plans else "pool"
         self.place(plans[way])
-        others = [k for k in plans if k != way]
+        others = [k for k in plans if k != way]  # cooperative first: on PoCL's CPU device it usually wins
         self.adapt_note = f"{way}: the tuning record's way (rechecked against {' and '.join(others)})"
         self._choice = Choice(way, others, plans, time.perf_counter() + RECHECK_SECONDS)
 

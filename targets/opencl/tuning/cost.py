@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels.base import Ctx, Lowered
+from ..records import Record
 from ..space import Point, Space
 
 MIN_SAMPLES = 12
@@ -102,7 +103,26 @@ class CostModel:
 
 
 def family(space: Space) -> str:
-    return space.version.split("/")[0]
+    """What one regression covers: a template's spaces with the same knobs (their features line up)."""
+    return f"{space.version.split('/')[0]}:{','.join(sorted(k.name for k in space.knobs))}"
+
+
+def train(records: Sequence[Record]) -> CostModel:
+    """A model fitted to the trials of `records` (each trial: [point, us, family, features])."""
+    model = CostModel()
+    xs: dict[str, list[list[float]]] = {}
+    ys: dict[str, list[float]] = {}
+    for r in records:
+        if r.kind != "kernel" or r.default_us <= 0:
+            continue
+        for t in r.trials:
+            if len(t) < 4 or not t[1] or t[1] <= 0:
+                continue
+            xs.setdefault(str(t[2]), []).append([float(x) for x in t[3]])
+            ys.setdefault(str(t[2]), []).append(math.log(float(t[1]) / r.default_us))
+    for fam in xs:
+        model.fit(fam, xs[fam], ys[fam])
+    return model
 
 
 SHORTLIST = 300

@@ -36,7 +36,7 @@ from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
 from ..records import EXECUTION_SPACE, Record, Tuning, label, merge
 from ..space import Space, space_of
 from . import measure
-from .cost import CostModel, family, features, rank, roofline_us
+from .cost import CostModel, family, features, rank, roofline_us, train
 
 MAX_POINTS = 24
 """Points measured a kernel at most, beside the default."""
@@ -277,25 +277,6 @@ def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options:
 Progress = Callable[[str, float], None]  # (what is being done, fraction of the budget spent)
 
 
-def train_model(records: Sequence[Record]) -> CostModel:
-    from .cost import CostModel as Model
-
-    model = Model()
-    xs: dict[str, list[list[float]]] = {}
-    ys: dict[str, list[float]] = {}
-    for r in records:
-        if r.kind != "kernel" or r.default_us <= 0:
-            continue
-        for t in r.trials:
-            if len(t) < 4 or not t[1] or t[1] <= 0:
-                continue
-            xs.setdefault(str(t[2]), []).append([float(x) for x in t[3]])
-            ys.setdefault(str(t[2]), []).append(math.log(float(t[1]) / r.default_us))
-    for fam in xs:
-        model.fit(fam, xs[fam], ys[fam])
-    return model
-
-
 def tune(text: str, device: Any, budget: float, records: list[Record], options: dict[str, Any],
          save: Callable[[list[Record]], None], progress: Progress | None = None,
          runner: Any = None, max_points: int = MAX_POINTS) -> tuple[list[Record], Report]:
@@ -321,7 +302,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     tunable = [k for k in kernels if k.space_size > 1]
     report.tunable = len(tunable)
     known = Tuning(records, fp)
-    model = train_model(records)
+    model = train(records)
     new: list[Record] = []
 
     def elapsed() -> float:
@@ -362,6 +343,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
             if rec is not None:
                 new.append(rec)
                 save(merge(records, new))
+                model = train([*records, *new])  # what this kernel's trials teach the next ranking
     for rec in new:
         report.tuned += 1
         report.improved += bool(rec.schedule)
