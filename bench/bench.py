@@ -115,30 +115,36 @@ def transformer_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return model, encoder_inputs(model)
 
 
+def load_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A benchmarked model and its inputs: the transformer encoder, a zoo model, or a light model with
+    seeded random weights (its bundled ones are constant fills) and seeded inputs."""
+    from tessel.frontends.onnx.randomize import randomize_weights
+
+    if name == TRANSFORMER:
+        return transformer_model()
+    if suite_of(name) == "zoo":
+        path, feeds = zoo_module().load(name)
+        return onnx.load(str(path)), feeds
+    model = randomize_weights(onnx.load(str(LIGHT / f"light_{FILES.get(name, name)}.onnx")), seed=0)
+    inits = {i.name for i in model.graph.initializer}
+    rng = np.random.default_rng(7)
+    feeds = {
+        vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+        for vi in model.graph.input
+        if vi.name not in inits
+    }
+    return model, feeds
+
+
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
     from common import optimize, ort_options, profiled_twin
-    from tessel.frontends.onnx.randomize import randomize_weights
     from tessel.targets.numpy.interpreter import run_func
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.lower import lower_module
     from tessel.targets.opencl.runtime import Executable
 
-    if name == TRANSFORMER:
-        model, feeds = transformer_model()
-    elif suite_of(name) == "zoo":
-        path, feeds = zoo_module().load(name)
-        model = onnx.load(str(path))
-    else:
-        model = randomize_weights(onnx.load(str(LIGHT / f"light_{FILES.get(name, name)}.onnx")), seed=0)
-        inits = {i.name for i in model.graph.initializer}
-        rng = np.random.default_rng(7)
-        feeds = {
-            vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(
-                np.float32)
-            for vi in model.graph.input
-            if vi.name not in inits
-        }
+    model, feeds = load_model(name)
     data = model.SerializeToString()
     sess = ort.InferenceSession(data, ort_options(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)

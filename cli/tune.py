@@ -209,7 +209,7 @@ class _progress:
 
 
 def _summary(report: Any, output: str, verbose: bool) -> None:
-    say = click.get_text_stream("stderr")
+    say = sys.stderr
     say.write(f"tessel-tune: {report.kernels} kernels, {report.tunable} with a schedule space: "
               f"{report.tuned} tuned ({report.improved} faster than the default), {report.resumed} already "
               f"in the records; "

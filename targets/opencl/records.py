@@ -32,8 +32,9 @@ from ...ir.core import Op
 
 FORMAT = 1
 EXECUTION_SPACE = "execution/1"
-REQUIRED = {"format": int, "kind": str, "key": str, "device": str, "space": str, "schedule": dict,
-            "default_us": (int, float), "best_us": (int, float), "repeats": int, "date": str}
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "format": int, "kind": str, "key": str, "device": str, "space": str, "schedule": dict,
+    "default_us": (int, float), "best_us": (int, float), "repeats": int, "date": str}
 
 
 class RecordError(Exception):

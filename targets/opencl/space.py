@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kernels.base import Ctx, Lowered
+from .kernels.base import Ctx, Lowered, registrar
 
 Point = dict[str, Any]
 
@@ -108,14 +108,7 @@ def space(*op_names: str) -> Callable[[SpaceFn], SpaceFn]:
     """Register `fn(ctx, default_lowered) -> Space | None` as the schedule space of each op's template
     (None: this instance has nothing to tune)."""
 
-    def deco(fn: SpaceFn) -> SpaceFn:
-        for name in op_names:
-            if name in SPACES:
-                raise ValueError(f"op '{name}' has two schedule spaces")
-            SPACES[name] = fn
-        return fn
-
-    return deco
+    return registrar(SPACES, "schedule spaces", op_names)
 
 
 def space_of(ctx: Ctx, default: Lowered) -> Space | None:

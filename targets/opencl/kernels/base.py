@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ....ir.ops.registry import Sig
 from ....ir.types import TensorType
@@ -145,17 +145,25 @@ Template = Callable[[Ctx], Lowered]
 TEMPLATES: dict[str, Template] = {}
 
 
-def template(*op_names: str) -> Callable[[Template], Template]:
-    """Register `fn` as the kernel template of each op in `op_names`."""
+F = TypeVar("F")
 
-    def deco(fn: Template) -> Template:
+
+def registrar(table: dict[str, F], what: str, op_names: Sequence[str]) -> Callable[[F], F]:
+    """A decorator registering its function in `table` under each of `op_names` (one `what` an op)."""
+
+    def deco(fn: F) -> F:
         for name in op_names:
-            if name in TEMPLATES:
-                raise ValueError(f"op '{name}' has two OpenCL templates")
-            TEMPLATES[name] = fn
+            if name in table:
+                raise ValueError(f"op '{name}' has two {what}")
+            table[name] = fn
         return fn
 
     return deco
+
+
+def template(*op_names: str) -> Callable[[Template], Template]:
+    """Register `fn` as the kernel template of each op in `op_names`."""
+    return registrar(TEMPLATES, "OpenCL templates", op_names)
 
 
 # helpers shared by templates ---------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from typing import Any
 
 from ....ir.core import Module, Op
 from ....ir.parser import parse_module
-from ....ir.printer import to_text
 from ....passes.analysis import op_cost
 from ..kernels import load_all
 from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
@@ -394,7 +393,3 @@ def space_version(k: Found, info: DeviceInfo, options: dict[str, Any]) -> str | 
               body=op.regions[0].blocks[0] if op.regions else None, resources=k.module.resources)
     sp = space_of(ctx, TEMPLATES[op.name](ctx))
     return sp.version if sp else None
-
-
-def module_text(module: Module) -> str:
-    return to_text(module)
