@@ -63,9 +63,10 @@ def choice(c: int, o: int, hw: int, *, s: int = 1, g: int = 1, constant=CONST, d
 
 def test_when_winograd_is_chosen() -> None:
     """Constant weights, >= 16 channels each way, >= 8 MFLOP, scratch within WINOGRAD_SCRATCH; F(4x4)
-    when it gives at least 32 tiles, else F(2x2)."""
+    when it gives at least 9 tiles (MIN_TILES_4X4), else F(2x2)."""
     assert choice(64, 64, 56) == choice(128, 128, 28) == choice(64, 64, 224) == 4  # 58 MiB of scratch
-    assert choice(512, 512, 7) == choice(256, 256, 14) == 2  # 4 and 16 tiles of 4x4
+    assert choice(512, 512, 7) == choice(256, 256, 8) == 2  # 4 tiles of 4x4
+    assert choice(256, 256, 14) == choice(256, 384, 12) == 4  # 16 and 9 tiles
     assert choice(128, 128, 224) == 0  # 115 MiB: the transforms would stream from DRAM
     assert choice(16, 64, 56) == choice(64, 16, 56) == 4
     assert choice(8, 64, 56) == choice(64, 8, 56) == 0  # few channels

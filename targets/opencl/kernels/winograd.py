@@ -43,9 +43,14 @@ MIN_CHANNELS = 16
 """Input and output channels each, at least (F(4x4) on 16->64 55^2: 0.30 -> 0.19 ms; 16->16 56^2 0.076 ->
 0.055)."""
 MIN_FLOPS = 8_000_000
-MIN_TILES_4X4 = 32
+MIN_TILES_4X4 = 9
 """F(4x4) needs this many tiles, else F(2x2): the GEMM's rows are tiles, and 512->512 7^2 (4 tiles of 4x4
-against 16 of 2x2) took 0.95 ms with F(4x4), 0.73 with F(2x2); 14^2 (16 against 49) 2.53 and 2.27."""
+against 16 of 2x2) took 0.95 ms with F(4x4), 0.73 with F(2x2). It was 32 until tessel-tune's records of
+the light models and the zoo (bench/results/tuning/) showed F(4x4) faster on 20 of the 22 convs with 9 to
+16 tiles (12^2 to 16^2 images: inception_v2's 14^2 convs 330 -> 242 us, alexnet's 12^2 256->384 666 ->
+447, unet's 16^2 128-channel 201 -> 126; 0.63-0.89 of F(2x2)'s time), even on 256->256 14^2 and slower
+only on vgg19's 512->512 14^2 (2.70 against 2.52 ms); with 8 tiles or fewer the rows run out (resnet34's
+batch-8 2^2 512->512: 1.66 ms against 0.65)."""
 
 
 def pick_tile(ctx: Ctx, geo: Any) -> int:
