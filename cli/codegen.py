@@ -37,9 +37,21 @@ Examples:
 """
 
 
-def print_remarks(remarks: list | None, categories: frozenset[str]) -> None:
-    """The lowering's remarks of the selected categories, on stderr, in order."""
-    for r in remarks or ():
+def codegen_device(device: str | None, tuning_records: str | None) -> tuple[Any, Any]:
+    """(DeviceInfo, Tuning or None) for --device and --tuning-records: the device defaults to 'generic',
+    or 'auto' with records (they are for the device they were measured on)."""
+    info = device_for_codegen(device or ("auto" if tuning_records else "generic"))
+    return info, load_tuning(tuning_records, info)
+
+
+def lower_with_remarks(module: Module, info: Any, no_winograd: bool, tuning: Any,
+                       categories: frozenset[str]) -> None:
+    """Lower `module` as the tools do and print the lowering's remarks of `categories` on stderr."""
+    from ..targets.opencl.lower import lower_module
+
+    said: list | None = [] if categories else None
+    lower_module(module, info, said, lower_schedule(no_winograd), tuning)
+    for r in said or ():
         if r.category in categories:
             click.echo(r.text(), err=True)
 
@@ -129,14 +141,12 @@ def main(
     buffers (`buf.alloc`). The one `cl.program` holds every kernel's source, printed as readable C.
     Ops without a kernel are listed together in one error.
     """
-    from ..targets.opencl.lower import is_lowered, lower_module
+    from ..targets.opencl.lower import is_lowered
     from .opt import write_modules
 
     categories = remark_categories(remarks, remarks_missed)
-    device = device or ("auto" if tuning_records else "generic")
     data, filename = read_input(input)
-    info = device_for_codegen(device)
-    tuning = load_tuning(tuning_records, info)
+    info, tuning = codegen_device(device, tuning_records)
     modules = []
     chunks = split_chunks(data.decode("utf-8", "replace")) if split_input_file else [("", 0)]
     for chunk, offset in chunks:
@@ -147,12 +157,10 @@ def main(
         if is_lowered(module):
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
-        said: list | None = [] if categories else None
-        lower_module(module, info, said, lower_schedule(no_winograd), tuning)  # type: ignore[arg-type]
-        print_remarks(said, categories)
+        lower_with_remarks(module, info, no_winograd, tuning, categories)
         verify_or_raise(module)
         if check is not None:
-            _check_lowering(module, *check, validate, device)
+            _check_lowering(module, *check, validate, device or "generic")
         modules.append(module)
     write_modules(modules, output, elide_resources, external_weights)
 

@@ -12,8 +12,6 @@ from .common import (
     debug_option,
     fail,
     handle_errors,
-    load_tuning,
-    lower_schedule,
     read_input,
     remark_categories,
     tuning_options,
@@ -61,21 +59,15 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     Exit status: 0 ok, 1 bad input, 2 usage, 3 internal error.
     """
     from ..ir.verifier import verify_or_raise
-    from .codegen import device_for_codegen, print_remarks
+    from .codegen import codegen_device, lower_with_remarks
     from .opt import write_modules
 
     categories = remark_categories(remarks)
-    device = device or ("auto" if tuning_records else "generic")
-    info = device_for_codegen(device) if target == "opencl" else None
-    tuning = load_tuning(tuning_records, info) if info is not None else None
+    info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     module, _ = load_model(input, input_shape)
     optimize(module, opt_level, remarks_missed)
     if target == "opencl":
-        from ..targets.opencl.lower import lower_module
-
-        said: list | None = [] if categories else None
-        lower_module(module, info, said, lower_schedule(no_winograd), tuning)  # type: ignore[arg-type]
-        print_remarks(said, categories)
+        lower_with_remarks(module, info, no_winograd, tuning, categories)
         verify_or_raise(module)
     write_modules([module], output, elide_resources, external_weights)
 

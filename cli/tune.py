@@ -74,7 +74,7 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
     than the measured noise. The records apply with tessel-codegen/tessel compile --tuning-records.
     Exit status: 0 ok, 1 bad input or records, 2 usage, 3 internal error.
     """
-    from ..targets.opencl.records import RecordError, parse_records, read_records
+    from ..targets.opencl.records import RecordError, read_records
     from ..targets.opencl.records import merge as merged
 
     if merge:
@@ -92,10 +92,10 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
         _list(_model(inputs[0] if inputs else "-", input_shape, opt_level), device,
               lower_schedule(no_winograd))
         return
-    d = _device(device)
     if print_fingerprint:
         from ..targets.opencl import device as dev
 
+        d = _device(device)
         click.echo(f"{dev.fingerprint(d)}  {dev.describe(d)}")
         return
     if len(inputs) > 1:
@@ -105,10 +105,10 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
     existing: list[Any] = []
     if os.path.exists(output):
         try:
-            with open(output, encoding="utf-8") as fh:
-                existing = parse_records(fh.read(), output)
-        except (RecordError, UnicodeDecodeError) as e:
+            existing = read_records(output)
+        except RecordError as e:
             raise fail(f"{e} (the output file holds records tuning resumes from)") from None
+    d = _device(device)
     module = _model(inputs[0] if inputs else "-", input_shape, opt_level)
     from ..ir.printer import to_text
     from ..targets.opencl.records import write_records
@@ -122,7 +122,7 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
             runner = RayRunner(ray_address, d, max_points)
         except RuntimeError as e:
             raise fail(str(e)) from None
-    with _progress(budget) as progress:
+    with _progress() as progress:
         records, report = tune(to_text(module), d, budget, existing, lower_schedule(no_winograd),
                                lambda rs: write_records(output, rs), progress, runner,
                                max_points=max_points)
@@ -130,7 +130,7 @@ def main(inputs: tuple[str, ...], output: str | None, budget: float, device: str
     _summary(report, output, verbose)
     if report_json:
         with atomic_output(report_json) as f:
-            rep = {k: v for k, v in vars(report).items()}
+            rep = dict(vars(report))
             rep["saved"] = report.saved
             json.dump(rep, f, indent=2, sort_keys=True)
             f.write("\n")
@@ -141,7 +141,7 @@ def _list(module: Any, spec: str, options: dict[str, Any]) -> None:
     from ..ir.printer import to_text
     from ..targets.opencl.kernels.base import DeviceInfo
     from ..targets.opencl.profile import Peaks, load_peaks
-    from ..targets.opencl.tuning.tuner import collect, space_version
+    from ..targets.opencl.tuning.tuner import collect
 
     if spec == "generic":
         info, peaks = DeviceInfo.generic(), None
@@ -152,8 +152,7 @@ def _list(module: Any, spec: str, options: dict[str, Any]) -> None:
         info, peaks = dev.device_info(d), load_peaks(d)
     kernels, models = collect(to_text(module), info, options, info.fingerprint, peaks or Peaks(100, 20, 10))
     for k in kernels:
-        version = space_version(k, info, options) if k.space_size else None
-        space = f"{version} ({k.space_size} points)" if version else "no space"
+        space = f"{k.space} ({k.space_size} points)" if k.space else "no space"
         click.echo(f"{k.key}  {k.uses}x  {space:<22} {k.label}")
     for name, key in models.items():
         click.echo(f"{key}  model @{name}")
@@ -187,8 +186,7 @@ def _model(path: str, input_shape: tuple[str, ...], opt_level: int | None) -> An
 class _progress:
     """A rich progress bar over the budget on a TTY; nothing in a pipe."""
 
-    def __init__(self, budget: float):
-        self.budget = budget
+    def __init__(self) -> None:
         self.bar: Any = None
 
     def __enter__(self) -> Any:

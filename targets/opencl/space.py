@@ -22,7 +22,6 @@ same point would now give another kernel) only needs the version bumped.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,7 +120,3 @@ def space_of(ctx: Ctx, default: Lowered) -> Space | None:
 def around(value: int, lo: int, hi: int, candidates: Sequence[int]) -> tuple[int, ...]:
     """`candidates` within [lo, hi], with `value` itself, sorted."""
     return tuple(sorted({v for v in (*candidates, value) if lo <= v <= hi}))
-
-
-def powers_of_two(hi: int, lo: int = 1) -> tuple[int, ...]:
-    return tuple(1 << i for i in range(int(math.log2(max(lo, 1))), int(math.log2(max(hi, 1))) + 1))

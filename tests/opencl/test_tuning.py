@@ -351,3 +351,21 @@ def test_a_recorded_execution_is_where_auto_starts() -> None:
     assert exe.running_on == "inline" and "tuning record" in exe.adapt_note
     assert exe._choice is not None and exe._choice.others[-1] == "pool"  # rechecked against the others
     assert Executable(module, func, device, execution="pool").running_on == "pool"
+
+
+def test_a_slower_tuned_model_keeps_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the confirming run finds the tuned model slower beyond its noise, this run's kernel records
+    are rewritten to keep the templates' defaults (the model record still says how to run it)."""
+    device = dev.pick_device()
+
+    def faster(found, device, info, fp, options, model, seconds, max_points=24, loads=None):  # noqa: ANN001, ANN202
+        return Record("kernel", found.key, fp, found.space, {"tile_h": 1}, 10.0, 5.0, 6, op=found.op)
+
+    slower = tuner.Confirmed(100.0, 150.0, 1.5, 0.01, "pool", "stub")
+    monkeypatch.setattr(tuner, "tune_kernel", faster)
+    monkeypatch.setattr(tuner, "confirm", lambda *a, **k: slower)
+    records, report = tuner.tune(CONV, device, 30.0, [], {}, lambda rs: None)
+    kernels = [r for r in records if r.kind == "kernel"]
+    assert kernels and all(r.schedule == {} and r.best_us == r.default_us for r in kernels)
+    assert "slower, this run's kernels keep their defaults" in report.confirm and report.improved == 0
+    assert [r.schedule for r in records if r.kind == "model"] == [{"execution": "pool"}]

@@ -67,6 +67,7 @@ class Found:
     op: str
     module: Module  # the op alone (measure.standalone)
     space_size: int
+    space: str = ""  # the space's version ('' without one)
     uses: int = 1
     est_us: float = 0.0  # roofline time of one use
 
@@ -109,7 +110,7 @@ def collect(text: str, info: DeviceInfo, options: dict[str, Any], fingerprint: s
             return
         size = 0 if sp is None else sp.size()
         copy = measure.standalone(op, module, ctx.constant) if sp is not None else Module()
-        found[key] = Found(key, label(op), op.name, copy, size, 1, est)
+        found[key] = Found(key, label(op), op.name, copy, size, sp.version if sp else "", 1, est)
 
     tuning = Tuning([], fingerprint, collect=hook)
     lower_module(parse_module(text, "<tune>"), info, None, dict(options), tuning)
@@ -321,8 +322,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
         return min(budget / 2, max(budget * (1 - KERNEL_SHARE), build + CONFIRM_SECONDS))
     todo = []
     for k in tunable:
-        op_space = space_version(k, info, options)
-        if known.find("kernel", k.key, op_space)[0] is not None:
+        if known.find("kernel", k.key, k.space)[0] is not None:
             report.resumed += 1
         else:
             todo.append(k)
@@ -382,14 +382,3 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
         save(everything)
     report.seconds = elapsed()
     return everything, report
-
-
-def space_version(k: Found, info: DeviceInfo, options: dict[str, Any]) -> str | None:
-    from ....ir.ops.registry import op_sig
-
-    load_all()
-    op, constant = _the_op(k.module)
-    ctx = Ctx(op.name, op_sig(op, k.module.resources), info, constant, dict(options),
-              body=op.regions[0].blocks[0] if op.regions else None, resources=k.module.resources)
-    sp = space_of(ctx, TEMPLATES[op.name](ctx))
-    return sp.version if sp else None
