@@ -18,12 +18,13 @@ LAYOUT = "propagate-layout{layout=nchwc}"
 O_LEVELS: dict[int, str] = {
     0: "",
     1: CLEANUP,
-    2: f"{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
-    3: f"{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse{{recompute=true}},dce",
+    2: f"fold-qdq,{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
+    3: f"fold-qdq,{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse{{recompute=true}},dce",
 }
-"""-O1 cleans up; -O2 (what `tessel compile` runs) adds pattern recognition, algebraic folding, NCHWc
-layout propagation and fusion; -O3 also recomputes cheap multi-use producers inside each consumer's
-kernel instead of storing them."""
+"""-O1 cleans up; -O2 (what `tessel compile` runs) first turns quantized contractions into integer ops
+(fold-qdq, before fold-constants folds a dequantize of constant weights), then adds pattern
+recognition, algebraic folding, NCHWc layout propagation and fusion; -O3 also recomputes cheap
+multi-use producers inside each consumer's kernel instead of storing them."""
 
 _ELEMENT = re.compile(r"\s*([a-z0-9][a-z0-9\-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 

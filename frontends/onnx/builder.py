@@ -151,7 +151,10 @@ class Builder:
                 opdef.verify(sig)
         except OpError as e:
             raise ConversionError(f"'{name}' {e}") from None
-        if all(t.is_const for t in inputs) and opdef.has("pure") and self._foldable(inputs, types):
+        # a dequantize of constants stays: fold-qdq turns it and its consumer into integer arithmetic
+        # (fold-constants folds the rest)
+        if all(t.is_const for t in inputs) and opdef.has("pure") and name != "dequantize" and \
+                self._foldable(inputs, types):
             with np.errstate(all="ignore"):
                 out = opdef.reference(sig, *[t.array for t in inputs])
             outs = list(out) if isinstance(out, list | tuple) else [out]

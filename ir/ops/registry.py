@@ -138,7 +138,7 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape",
             "tensor_extra", "misc", "signal", "layout", "winograd", "kernel", "attention", "recurrent",
-            "target")
+            "target", "quant")
 _loaded = False
 
 

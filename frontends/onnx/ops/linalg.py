@@ -11,6 +11,7 @@ import numpy as np
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .common import (
+    Window,
     _slice,
     _transpose,
 )
@@ -46,7 +47,10 @@ def _minus_zero_point(b: Builder, x: Tensor, zero_point: Tensor | None, dtype: s
 @converter("MatMulInteger", since=10)
 def MatMulInteger(b: Builder, A: Tensor, B: Tensor, a_zero_point: Tensor | None = None,
                   b_zero_point: Tensor | None = None) -> Tensor:
-    """(A - a_zero_point) @ (B - b_zero_point) in i32; A's zero point is per row, B's per column."""
+    """(A - a_zero_point) @ (B - b_zero_point) in i32; A's zero point is per row, B's per column: one
+    `matmul_integer` for matrices with a scalar A zero point, else the shifted operands' i32 matmul."""
+    if (zps := _integer_matmul_zero_points(b, A, B, a_zero_point, b_zero_point)) is not None:
+        return b.op("matmul_integer", [A, B, *zps])
     return b.op("matmul", [_minus_zero_point(b, A, a_zero_point, "i32", -2),
                            _minus_zero_point(b, B, b_zero_point, "i32", -1)])
 
@@ -56,7 +60,12 @@ def ConvInteger(b: Builder, x: Tensor, w: Tensor, x_zero_point: Tensor | None = 
                 w_zero_point: Tensor | None = None, *, auto_pad: str = "NOTSET",
                 dilations: list[int] | None = None, group: int = 1, kernel_shape: list[int] | None = None,
                 pads: list[int] | None = None, strides: list[int] | None = None) -> Tensor:
-    """Conv of the zero-point-shifted 8-bit operands, in f64 (exact for these sums), then i32."""
+    """One `conv2d_integer` for 1-D and 2-D windows; 3-D ones convolve the zero-point-shifted operands in
+    f64 (exact for these sums), then convert to i32."""
+    zps = _integer_conv_zero_points(b, x, w, x_zero_point, w_zero_point)
+    if zps is not None and x.rank in (3, 4):
+        return _integer_conv(b, "conv2d_integer", x, w, [*zps], [], auto_pad, dilations, group, kernel_shape,
+                             pads, strides)
     xs, ws = _minus_zero_point(b, x, x_zero_point, "f64", 0), _minus_zero_point(b, w, w_zero_point, "f64", 0)
     y = Conv(b, xs, ws, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
              pads=pads, strides=strides)
@@ -86,6 +95,12 @@ def QLinearMatMul(b: Builder, a: Tensor, a_scale: Tensor, a_zero_point: Tensor |
                   y_zero_point: Tensor | None = None) -> Tensor:
     """MatMulInteger, then requantized by a_scale * b_scale / y_scale (per-tensor, or per row of a and
     per column of b)."""
+    zps = _integer_matmul_zero_points(b, a, B, a_zero_point, b_zero_point)
+    ydt = (y_zero_point or a).dtype
+    if zps is not None and _per_tensor(a_scale) and _per_tensor(y_scale) and ydt in ("i8", "ui8") and \
+            (_per_tensor(b_scale) or (b_scale.rank == 1 and b_scale.shape[0] == B.shape[-1])):
+        scale = _requant_scale(b, a_scale, b_scale, y_scale)
+        return b.op("qmatmul", [a, B, *zps, scale, _zero_point_scalar(b, y_zero_point, ydt)])
     acc = MatMulInteger(b, a, B, a_zero_point, b_zero_point)
     scale = b.op("div", [b.op("mul", [_scale_along(b, a_scale, acc.rank, -2),
                                       _scale_along(b, b_scale, acc.rank, -1)]), y_scale])
@@ -99,12 +114,83 @@ def QLinearConv(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tensor | N
                 dilations: list[int] | None = None, group: int = 1, kernel_shape: list[int] | None = None,
                 pads: list[int] | None = None, strides: list[int] | None = None) -> Tensor:
     """ConvInteger plus the i32 bias, requantized by x_scale * w_scale / y_scale (w_scale per tensor or
-    per output channel)."""
+    per output channel): one `qconv2d` for 1-D and 2-D windows."""
+    zps = _integer_conv_zero_points(b, x, w, x_zero_point, w_zero_point)
+    ydt = (y_zero_point or x).dtype
+    if zps is not None and x.rank in (3, 4) and _per_tensor(x_scale) and _per_tensor(y_scale) and \
+            ydt in ("i8", "ui8"):
+        scale = _requant_scale(b, x_scale, w_scale, y_scale)
+        ops = [scale, _zero_point_scalar(b, y_zero_point, ydt)] + ([bias] if bias is not None else [])
+        return _integer_conv(b, "qconv2d", x, w, [*zps], ops, auto_pad, dilations, group, kernel_shape, pads,
+                             strides)
     xs, ws = _minus_zero_point(b, x, x_zero_point, "f64", 0), _minus_zero_point(b, w, w_zero_point, "f64", 0)
     acc = Conv(b, xs, ws, b.cast(bias, "f64") if bias is not None else None, auto_pad=auto_pad,
                dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     scale = b.op("div", [b.op("mul", [x_scale, _scale_along(b, w_scale, acc.rank, 1)]), y_scale])
     return _requantize(b, acc, scale, y_zero_point, (y_zero_point or x).dtype)
+
+
+# the integer ops' operands ------------------------------------------------------------------------------
+def _per_tensor(t: Tensor) -> bool:
+    return t.type.numel == 1 and all(d is not None for d in t.shape)
+
+
+def _zero_point_scalar(b: Builder, zp: Tensor | None, dtype: str) -> Tensor:
+    return b.reshape(zp, []) if zp is not None else b.const(np.zeros((), np.dtype(_NP8[dtype])))
+
+
+_NP8 = {"i8": "int8", "ui8": "uint8"}
+
+
+def _channel_zero_point(b: Builder, zp: Tensor | None, dtype: str, channels: int | None) -> Tensor | None:
+    """A weight zero point as the integer ops take it: a scalar, or one per output channel; None when it
+    is neither."""
+    if zp is None or _per_tensor(zp):
+        return _zero_point_scalar(b, zp, dtype)
+    return zp if zp.rank == 1 and zp.shape[0] == channels else None
+
+
+def _integer_conv_zero_points(b: Builder, x: Tensor, w: Tensor, xz: Tensor | None,
+                              wz: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    if x.dtype not in _NP8 or w.dtype not in _NP8 or (xz is not None and not _per_tensor(xz)):
+        return None
+    wzp = _channel_zero_point(b, wz, w.dtype, w.shape[0])
+    return None if wzp is None else (_zero_point_scalar(b, xz, x.dtype), wzp)
+
+
+def _integer_matmul_zero_points(b: Builder, A: Tensor, B: Tensor, az: Tensor | None,
+                                bz: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    """The zero points `matmul_integer` / `qmatmul` take (A's a scalar, B's a scalar or one per column);
+    None for the forms they do not cover (vector operands, a zero point per row of A)."""
+    if A.rank < 2 or B.rank < 2 or A.dtype not in _NP8 or B.dtype not in _NP8 or \
+            (az is not None and not _per_tensor(az)):
+        return None
+    bzp = _channel_zero_point(b, bz, B.dtype, B.shape[-1])
+    return None if bzp is None else (_zero_point_scalar(b, az, A.dtype), bzp)
+
+
+def _requant_scale(b: Builder, x_scale: Tensor, w_scale: Tensor, y_scale: Tensor) -> Tensor:
+    """x_scale * w_scale / y_scale in the scales' type, as f32: a scalar or one per output channel."""
+    xs, ys = b.reshape(x_scale, []), b.reshape(y_scale, [])
+    ws = b.reshape(w_scale, []) if _per_tensor(w_scale) else w_scale
+    return b.cast(b.op("div", [b.op("mul", [xs, ws]), ys]), "f32")
+
+
+def _integer_conv(b: Builder, name: str, x: Tensor, w: Tensor, zps: list[Tensor], rest: list[Tensor],
+                  auto_pad: str, dilations: list[int] | None, group: int, kernel_shape: list[int] | None,
+                  pads: list[int] | None, strides: list[int] | None) -> Tensor:
+    """`conv2d_integer` or `qconv2d` over a 2-D window, a 1-D one as 2-D over (L, 1)."""
+    kernel = list(w.shape[2:])
+    if kernel_shape and [int(k) for k in kernel_shape] != kernel:
+        raise ConversionError(f"kernel_shape {list(kernel_shape)} differs from the weight's {kernel}")
+    win = Window(name, x.shape[2:], kernel, strides, pads, dilations, auto_pad)
+    if win.n == 2:
+        attrs = {"strides": win.strides, "pads": win.pads, "dilations": win.dilations, "groups": group}
+        return b.op(name, [x, w, *zps, *rest], attrs)
+    k, s, pb, pe, d = win.axis(0)
+    attrs = {"strides": [s, 1], "pads": [pb, 0, pe, 0], "dilations": [d, 1], "groups": group}
+    y = b.op(name, [b.reshape(x, [*x.shape, 1]), b.reshape(w, [*w.shape, 1]), *zps, *rest], attrs)
+    return b.reshape(y, y.shape[:-1])
 
 
 def _einsum_labels(equation: str, operands: Sequence[Tensor]) -> tuple[list[list[str]], list[str]]:

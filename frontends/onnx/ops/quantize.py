@@ -57,18 +57,16 @@ def QuantizeLinear(b: Builder, x: Tensor, y_scale: Tensor, y_zero_point: Tensor 
     work = onnx_element_type(precision, "precision") if precision else x.dtype
     if not precision and scale.dtype != x.dtype:
         work = "f32"
-    q = b.op("div", [b.cast(x, work), b.cast(scale, work)])
     if out in QUANT_FLOATS:
+        q = b.op("div", [b.cast(x, work), b.cast(scale, work)])
         if out != "f4E2M1FN":
             _zero_float_zero_point(y_zero_point, out)
         elif y_zero_point is not None:  # onnx's reference adds a float4 zero point
             q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), work)])
         return b.op("cast", [q], {"to": out} if saturate else {"to": out, "saturate": False})
-    q = b.cast(b.op("round", [q]), "i32")
-    if y_zero_point is not None:
-        q = b.op("add", [q, b.cast(_quant_param(b, y_zero_point, x, axis, block_size), "i32")])
-    lo, hi = QUANT_RANGES[out]
-    return b.cast(b.op("clip", [q], {"min": float(lo), "max": float(hi)}), out)
+    zp = _quant_param(b, y_zero_point, x, axis, block_size) if y_zero_point is not None else \
+        _scalar(b, 0, out)
+    return b.op("quantize", [b.cast(x, work), b.cast(scale, work), zp])
 
 
 @converter("DequantizeLinear", since=10)
@@ -77,13 +75,16 @@ def DequantizeLinear(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tenso
     if x.dtype not in QUANT_RANGES and x.dtype not in QUANT_FLOATS and x.dtype != "i32":
         raise ConversionError(f"dequantizing {x.dtype} is unsupported (8-, 16-, 32-, 4- and 2-bit integers, "
                               f"float8 and float4 are)")
-    y = b.cast(x, "f32")
-    if x.dtype in QUANT_FLOATS:
-        _zero_float_zero_point(x_zero_point, x.dtype)
-    elif x_zero_point is not None:
-        y = b.op("sub", [y, b.cast(_quant_param(b, x_zero_point, x, axis, block_size), "f32")])
-    y = b.op("mul", [y, b.cast(_quant_param(b, x_scale, x, axis, block_size), "f32")])
-    return b.cast(y, onnx_element_type(output_dtype, "output_dtype") if output_dtype else x_scale.dtype)
+    out = onnx_element_type(output_dtype, "output_dtype") if output_dtype else x_scale.dtype
+    scale = _quant_param(b, x_scale, x, axis, block_size)
+    if out != scale.dtype:
+        scale = b.cast(scale, "f32")
+    if x.dtype not in QUANT_FLOATS:
+        zp = _quant_param(b, x_zero_point, x, axis, block_size) if x_zero_point is not None else \
+            _scalar(b, 0, x.dtype)
+        return b.cast(b.op("dequantize", [x, scale, zp]), out)
+    _zero_float_zero_point(x_zero_point, x.dtype)
+    return b.cast(b.op("mul", [b.cast(x, "f32"), b.cast(scale, "f32")]), out)
 
 
 @converter("DynamicQuantizeLinear", since=11)

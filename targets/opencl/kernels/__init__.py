@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose", "resize",
-            "attention", "recurrent", "fused")
+            "attention", "recurrent", "qlinear", "fused")
 _loaded = False
 
 

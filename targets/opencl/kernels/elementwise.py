@@ -161,6 +161,13 @@ def _erf_params(sig: Sig) -> dict[str, str | float]:
     return {"erf": _ERF_F32 if sig.operands[0].dtype == "f32" else "erf({a})"}
 
 
+def _quantize_params(sig: Sig) -> dict[str, str | float]:
+    """saturate(rint(x / scale) + zero_point) in x's float type; the store converts the in-range value."""
+    w = ctype(sig.operands[0])
+    lo, hi = int_range(sig.operands[2].dtype)
+    return {"q": f"clamp(rint({{a}} / {{b}}) + ({w}){{c}}, ({w}){lo}, ({w}){hi})"}
+
+
 _INT_DIV = "(({b} == {0} | {b} == {-1}) ? {1} : {b})"  # a divisor that cannot trap; the guarded cases:
 
 RULES: dict[str, Rule] = {
@@ -217,6 +224,9 @@ RULES: dict[str, Rule] = {
     "not": Rule(b="(!{a})", vec=""),
     "where": Rule(f="({a} ? {b} : {c})", i="({a} ? {b} : {c})", vec=""),
     "is_nan": Rule(f="isnan({a})", vec=""),
+    # quantization: the zero point (last operand) picks the kind; dequantize computes in float
+    "quantize": Rule(i="{q}", vec="", params=_quantize_params),
+    "dequantize": Rule(i="(((float){a} - (float){c}) * (float){b})", vec=""),
     # integer bit operations
     "bitwise_and": Rule(i="{a} & {b}"),
     "bitwise_or": Rule(i="{a} | {b}"),

@@ -1,0 +1,242 @@
+"""Quantized arithmetic: `quantize` and `dequantize` (ONNX QuantizeLinear / DequantizeLinear on integer
+types), the integer contractions `conv2d_integer` and `matmul_integer` (ONNX ConvInteger / MatMulInteger:
+i32 results) and their requantizing forms `qconv2d` and `qmatmul` (QLinearConv / QLinearMatMul with an
+i32 bias and saturation bounds), which `fold-qdq` makes from dequantize -> conv / matmul -> quantize.
+
+Scales and zero points are operands that broadcast against the data (per tensor: rank 0; per axis or
+per block: the importer reshapes or repeats them), so `quantize` and `dequantize` are broadcasting
+elementwise ops and fuse like any other. In the contractions the zero points are rank 0 for the
+activation and rank 0 or one per output channel (column) for the weight, and the requantizing scale is
+rank 0 or one per output channel.
+
+Rounding is half to even and every integer result saturates to its type, as ONNX specifies. The
+requantization multiplies the i32 accumulator by the scale in f64 (exact for the accumulator; the scale
+is the f32 product x_scale * w_scale / y_scale), adds the output zero point, rounds (in that order, as
+onnx's reference does for QLinearConv and QLinearMatMul) and clamps to
+[max(min, type min), min(max, type max)]: `min` and `max` are a fused ReLU's or Clip's bounds in the
+quantized domain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import TensorType, int_range, widen
+from .linalg import _matmul_parts
+from .nn import CONV_ATTRS, _conv_infer, _conv_ref
+from .registry import (
+    Cost,
+    OpDef,
+    Sig,
+    attr,
+    broadcast_shapes,
+    check,
+    elementwise_cost,
+    io_bytes,
+    numel,
+    register,
+)
+
+QUANT_TYPES = frozenset({"i8", "ui8", "i16", "ui16", "i4", "ui4", "i2", "ui2"})
+"""Integer types `quantize` produces and `dequantize` reads (besides i32 for dequantize: a bias)."""
+EIGHT_BIT = frozenset({"i8", "ui8"})
+"""The operand types of the integer contractions."""
+ELEMENTWISE = frozenset({"pure", "elementwise", "broadcasting", "layout-agnostic"})
+BOUNDS = {"min": attr("int", -(2**31)), "max": attr("int", 2**31 - 1)}
+
+
+def saturate(y: np.ndarray, dtype: str, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    """Round half to even, clamp to `dtype`'s range (narrowed to [lo, hi]) and convert."""
+    tlo, thi = int_range(dtype)
+    lo = tlo if lo is None else max(lo, tlo)
+    hi = thi if hi is None else min(hi, thi)
+    return np.clip(np.rint(y), lo, hi).astype(TensorType((), dtype).np_dtype)
+
+
+# quantize / dequantize ------------------------------------------------------------------------------------
+def _quantize_infer(sig: Sig) -> list[TensorType]:
+    x, scale, zp = sig.operands
+    check(x.is_float, f"quantize takes a float input, got {x}")
+    check(scale.dtype == x.dtype,
+          f"the scale's element type {scale.dtype} differs from the input's {x.dtype}")
+    check(zp.dtype in QUANT_TYPES, f"the zero point must be an 8-, 16-, 4- or 2-bit integer, got {zp}")
+    return [TensorType(broadcast_shapes(x.shape, scale.shape, zp.shape), zp.dtype)]
+
+
+def _quantize_ref(sig: Sig, x: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        q = np.rint(widen(x) / widen(scale)).astype(np.float64) + widen(zp).astype(np.float64)
+    return saturate(q, sig.operands[2].dtype)
+
+
+register(OpDef(
+    "quantize", ("x", "scale", "zero_point"), infer=_quantize_infer, reference=_quantize_ref,
+    traits=ELEMENTWISE, cost=elementwise_cost(3),
+    doc="saturate(round_half_even(x / scale) + zero_point) in the zero point's integer type; x / scale in "
+        "x's float type; scale and zero point broadcast against x (per tensor, axis or block).",
+))
+
+
+def _dequantize_infer(sig: Sig) -> list[TensorType]:
+    x, scale, zp = sig.operands
+    check(x.dtype in QUANT_TYPES | {"i32"}, f"dequantize takes an 8-, 16-, 32-, 4- or 2-bit integer, got {x}")
+    check(zp.dtype == x.dtype, f"the zero point's element type {zp.dtype} differs from the input's {x.dtype}")
+    check(scale.is_float, f"the scale must be a float tensor, got {scale}")
+    return [TensorType(broadcast_shapes(x.shape, scale.shape, zp.shape), scale.dtype)]
+
+
+def _dequantize_ref(sig: Sig, x: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    f32 = np.float32
+    y = (widen(x).astype(f32) - widen(zp).astype(f32)) * widen(scale).astype(f32)
+    return y.astype(sig.results[0].np_dtype if sig.results else scale.dtype)
+
+
+register(OpDef(
+    "dequantize", ("x", "scale", "zero_point"), infer=_dequantize_infer, reference=_dequantize_ref,
+    traits=ELEMENTWISE, cost=elementwise_cost(2),
+    doc="(x - zero_point) * scale, computed in f32 and given in the scale's float type; scale and zero "
+        "point broadcast against x.",
+))
+
+
+# the integer contractions ---------------------------------------------------------------------------------
+def _zero_point(t: TensorType, channels: int | None, what: str) -> None:
+    check(t.rank == 0 or (t.rank == 1 and channels is not None and t.dims[0] in (1, channels)),
+          f"{what} must be a scalar or one per output channel ({channels}), got {t}")
+
+
+def _integer_operands(sig: Sig, channels: int | None) -> None:
+    x, w, xz, wz = sig.operands[:4]
+    for t, what in ((x, "input"), (w, "weight")):
+        check(t.dtype in EIGHT_BIT, f"the {what} must be i8 or ui8, got {t}")
+    check(xz.dtype == x.dtype and xz.rank == 0, f"the input zero point must be a {x.dtype} scalar, got {xz}")
+    check(wz.dtype == w.dtype, f"the weight zero point must be {w.dtype}, got {wz}")
+    _zero_point(wz, channels, "the weight zero point")
+
+
+def _requant_operands(sig: Sig, channels: int | None) -> str:
+    scale, yz = sig.operands[4:6]
+    check(scale.dtype == "f32", f"the requantizing scale must be f32, got {scale}")
+    _zero_point(scale, channels, "the requantizing scale")
+    check(yz.dtype in EIGHT_BIT and yz.rank == 0,
+          f"the output zero point must be an i8 or ui8 scalar, got {yz}")
+    if len(sig.operands) == 7:
+        b = sig.operands[6]
+        check(b.dtype == "i32" and b.rank == 1 and (channels is None or b.dims[0] == channels),
+              f"the bias must be i32 with one value per output channel ({channels}), got {b}")
+    check(sig["min"] <= sig["max"], f"min {sig['min']} is above max {sig['max']}")
+    return yz.dtype
+
+
+def _conv_like(sig: Sig) -> list[TensorType]:
+    """conv2d's shape rules on f32 stand-ins of the 8-bit operands."""
+    x, w = sig.operands[:2]
+    return _conv_infer(Sig([x.with_dtype("f32"), w.with_dtype("f32")], sig.attrs))
+
+
+def _conv_integer_infer(sig: Sig) -> list[TensorType]:
+    (y,) = _conv_like(sig)
+    _integer_operands(sig, y.dims[1])
+    return [y.with_dtype("i32")]
+
+
+def _shifted(x: np.ndarray, zp: np.ndarray, shape: tuple[int, ...] = ()) -> np.ndarray:
+    """x - zero_point in f64 (exact), a per-channel zero point reshaped to `shape` first."""
+    z = np.asarray(zp, np.float64)
+    return x.astype(np.float64) - (z.reshape(shape) if z.ndim and shape else z)
+
+
+def _conv_acc(sig: Sig, x: np.ndarray, w: np.ndarray, xz: np.ndarray, wz: np.ndarray) -> np.ndarray:
+    """The exact accumulator in f64 (|sum| < 2^53 for any real layer)."""
+    f64 = Sig([TensorType(x.shape, "f64"), TensorType(w.shape, "f64")], sig.attrs)
+    return _conv_ref(f64, _shifted(x, xz), _shifted(w, wz, (-1, 1, 1, 1)))
+
+
+def _contraction_cost(sig: Sig, macs: int) -> Cost:
+    return Cost(2 * macs, *io_bytes(sig))
+
+
+def _conv_cost(sig: Sig) -> Cost:
+    return _contraction_cost(sig, sig.results[0].numel * numel(sig.operands[1].shape[1:]))
+
+
+register(OpDef(
+    "conv2d_integer", ("x", "w", "x_zero_point", "w_zero_point"), infer=_conv_integer_infer,
+    reference=lambda sig, x, w, xz, wz: _conv_acc(sig, x, w, xz, wz).astype(np.int32),
+    attrs=dict(CONV_ATTRS), cost=_conv_cost,
+    doc="conv2d of (x - x_zero_point) and (w - w_zero_point), 8-bit operands, i32 result (ONNX "
+        "ConvInteger); padding contributes zero.",
+))
+
+
+def _qconv_infer(sig: Sig) -> list[TensorType]:
+    (y,) = _conv_like(sig)
+    _integer_operands(sig, y.dims[1])
+    return [y.with_dtype(_requant_operands(sig, y.dims[1]))]
+
+
+def _requantize(sig: Sig, acc: np.ndarray, scale: np.ndarray, yz: np.ndarray, axis: int,
+                bias: np.ndarray | None) -> np.ndarray:
+    s = np.asarray(scale, np.float64)
+    if bias is not None:
+        acc = acc + np.asarray(bias, np.float64).reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
+    if s.ndim:
+        s = s.reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
+    return saturate(acc * s + float(yz), sig.operands[5].dtype, sig["min"], sig["max"])
+
+
+register(OpDef(
+    "qconv2d", ("x", "w", "x_zero_point", "w_zero_point", "scale", "y_zero_point", "bias?"),
+    infer=_qconv_infer,
+    reference=lambda sig, x, w, xz, wz, s, yz, b=None: _requantize(sig, _conv_acc(sig, x, w, xz, wz), s, yz,
+                                                                   1, b),
+    attrs={**CONV_ATTRS, **BOUNDS}, cost=_conv_cost,
+    doc="conv2d_integer plus the i32 bias, requantized: saturate(round(acc * scale + y_zero_point)) "
+        "within [min, max] (ONNX QLinearConv, with a fused ReLU or Clip as the bounds).",
+))
+
+
+def _matmul_like(sig: Sig) -> tuple[TensorType, int | None]:
+    a, b = sig.operands[:2]
+    check(a.rank >= 2 and b.rank >= 2, f"integer matmul operands need rank >= 2, got {a} and {b}")
+    batch, m, _, n = _matmul_parts(a.shape, b.shape)
+    return TensorType((*batch, m, n), "i32"), n
+
+
+def _matmul_integer_infer(sig: Sig) -> list[TensorType]:
+    y, n = _matmul_like(sig)
+    _integer_operands(sig, n)
+    return [y]
+
+
+def _matmul_acc(x: np.ndarray, w: np.ndarray, xz: np.ndarray, wz: np.ndarray) -> np.ndarray:
+    return np.matmul(_shifted(x, xz), _shifted(w, wz, (-1,)))
+
+
+def _matmul_cost(sig: Sig) -> Cost:
+    a = sig.operands[0]
+    return _contraction_cost(sig, sig.results[0].numel * (a.dims[-1] or 0))
+
+
+register(OpDef(
+    "matmul_integer", ("a", "b", "a_zero_point", "b_zero_point"), infer=_matmul_integer_infer,
+    reference=lambda sig, a, b, az, bz: _matmul_acc(a, b, az, bz).astype(np.int32), cost=_matmul_cost,
+    doc="matmul of (a - a_zero_point) and (b - b_zero_point), 8-bit operands of rank >= 2, i32 result "
+        "(ONNX MatMulInteger with a scalar a_zero_point; b_zero_point scalar or per column).",
+))
+
+
+def _qmatmul_infer(sig: Sig) -> list[TensorType]:
+    y, n = _matmul_like(sig)
+    _integer_operands(sig, n)
+    return [y.with_dtype(_requant_operands(sig, n))]
+
+
+register(OpDef(
+    "qmatmul", ("a", "b", "a_zero_point", "b_zero_point", "scale", "y_zero_point", "bias?"),
+    infer=_qmatmul_infer, attrs=dict(BOUNDS), cost=_matmul_cost,
+    reference=lambda sig, a, b, az, bz, s, yz, bias=None: _requantize(sig, _matmul_acc(a, b, az, bz), s, yz,
+                                                                      -1, bias),
+    doc="matmul_integer plus the i32 bias (per column), requantized like qconv2d with the scale per "
+        "tensor or per column (ONNX QLinearMatMul; a quantized Gemm or FC).",
+))

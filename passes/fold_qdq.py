@@ -1,0 +1,271 @@
+"""fold-qdq: turn dequantize -> float op -> quantize into integer arithmetic.
+
+A QDQ model (onnxruntime's `quantize_static` with QuantFormat.QDQ) computes every layer in float between
+a `dequantize` of its 8-bit inputs and a `quantize` of its output. This pass rewrites, rooted at each
+`quantize(y, y_scale, y_zero_point)` with constant per-tensor parameters:
+
+- contractions: y = conv2d(dequantize(x), dequantize(W), bias) becomes
+  `qconv2d(x, W, x_zp, W_zp, x_scale * W_scale / y_scale, y_zp, bias_i32)`, with W's scale and zero
+  point per tensor or per output channel and the float bias quantized to i32 at x_scale * W_scale (the
+  scale onnxruntime quantizes it with, so a dequantized i32 bias comes back exactly). matmul (W of rank
+  2, with or without an `add` of a bias vector) and gemm (alpha = 1, trans_a = 0; trans_b transposes W)
+  become `qmatmul` the same way. A `relu` or `clip` between the contraction and the quantize becomes the
+  requantization's saturation bounds.
+- data movement: y = P(dequantize(x, s, z)) quantized with the same s and z, for P a reshape or a
+  transpose, becomes P(x) on the integers.
+- quantize(dequantize(x, s, z), s, z) is x.
+
+Elementwise ops between dequantize and quantize (a residual `add`, a sigmoid) stay in float: `fuse` makes
+each such chain one kernel that reads and writes 8-bit values. A `quantize` of a conv2d, matmul or gemm
+the pass cannot fold gets a missed remark (category `quantization`) saying why: `not-dequantized` (an
+operand does not come from a dequantize), `not-constant` (a scale or zero point is not a constant),
+`per-channel` (a scale that is not per tensor, or a weight scale not along the output channels),
+`multi-use` (the float result has other users), `attributes` (gemm's alpha, beta or trans_a), `dtype`
+(not 8-bit).
+
+Run it before fold-constants (which would fold a dequantize of constant weights into float weights): -O2
+and -O3 begin with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.core import Module, Op, Value, fuse_locs
+from ..ir.types import TensorType
+from .common import Refusal, const_array, const_op, make_const_attr
+from .manager import Pass, PassContext
+from .rewrite import Rewriter, apply_patterns_greedily
+
+EIGHT_BIT = ("i8", "ui8")
+MOVEMENT = ("reshape", "transpose")
+CONTRACTIONS = ("conv2d", "matmul", "gemm")
+
+
+@dataclass
+class Quant:
+    """A dequantize's (or quantize's) integer value and constant parameters, as float64 / int arrays."""
+
+    value: Value  # the integers (for a quantize: the float input)
+    scale: np.ndarray
+    zero_point: np.ndarray
+    zp_value: Value
+    op: Op
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.size == 1 and self.zero_point.size == 1
+
+    def same(self, other: Quant) -> bool:
+        return (self.per_tensor and other.per_tensor
+                and self.zp_value.type.dtype == other.zp_value.type.dtype
+                and float(self.scale.reshape(-1)[0]) == float(other.scale.reshape(-1)[0])
+                and int(self.zero_point.reshape(-1)[0]) == int(other.zero_point.reshape(-1)[0]))
+
+
+class Folder:
+    def __init__(self, owner: FoldQdq, module: Module, ctx: PassContext):
+        self.owner, self.module, self.ctx = owner, module, ctx
+        self.reported: set[int] = set()
+
+    # reading the pattern -----------------------------------------------------------------------------
+    def params(self, op: Op | None, name: str) -> Quant | Refusal:
+        if op is None or op.name != name:
+            what = "an argument" if op is None else f"'{op.name}'"
+            return Refusal("not-dequantized", f"an operand is {what}, not a {name}", [])
+        scale, zp = (const_array(v, self.module) for v in op.operands[1:3])
+        if scale is None or zp is None:
+            return Refusal("not-constant", f"the {name}'s scale or zero point is not a constant", [op])
+        return Quant(op.operands[0], np.asarray(scale, np.float64), np.asarray(zp), op.operands[2], op)
+
+    def missed(self, root: Op, r: Refusal, what: str) -> None:
+        if id(root) in self.reported:
+            return
+        self.reported.add(id(root))
+        self.owner.stat("num-missed")
+        self.ctx.remark_missed("quantization", r.reason, [root, *r.ops],
+                               f"{what} stays in float: {r.message}")
+
+    def const(self, anchor: Op, array: np.ndarray, t: TensorType, hint: str) -> Value:
+        assert anchor.parent is not None
+        attr = make_const_attr(array, t, self.module, hint)
+        return anchor.parent.insert_before(anchor, const_op(anchor.loc, attr)).result
+
+    # patterns ---------------------------------------------------------------------------------------
+    def quantize(self, q: Op, rw: Rewriter) -> bool:
+        out = self.params(q, "quantize")
+        if isinstance(out, Refusal) or not out.per_tensor or out.zp_value.type.dtype not in EIGHT_BIT:
+            return False
+        y = q.operands[0]
+        p = y.op
+        if p is None:
+            return False
+        if p.name == "dequantize":
+            return self.identity(q, out, p, rw)
+        if p.name in MOVEMENT:
+            return self.movement(q, out, p, rw)
+        lo, hi, contraction = self.bounds(p, out)
+        if contraction is None or contraction.name not in CONTRACTIONS:
+            return False
+        found = self.contraction(q, out, contraction, p if p is not contraction else None, lo, hi, rw)
+        if isinstance(found, Refusal):
+            self.missed(contraction, found, f"'{contraction.name}'")
+            return False
+        return True
+
+    def identity(self, q: Op, out: Quant, dq: Op, rw: Rewriter) -> bool:
+        inp = self.params(dq, "dequantize")
+        if isinstance(inp, Refusal) or not inp.same(out) or inp.value.type != q.result.type:
+            return False
+        rw.replace_op(q, [inp.value])
+        self.owner.stat("num-identities")
+        return True
+
+    def movement(self, q: Op, out: Quant, p: Op, rw: Rewriter) -> bool:
+        inp = self.params(p.operands[0].op, "dequantize")
+        if isinstance(inp, Refusal) or not inp.same(out) or len(p.result.uses) != 1:
+            return False
+        t = p.result.type.with_dtype(out.zp_value.type.dtype)
+        new = rw.create(q, p.name, [inp.value], [t], dict(p.attrs), fuse_locs(p.loc, q.loc))
+        new.result.name = q.result.name
+        rw.replace_op(q, [new.result])
+        self.owner.stat("num-integer-movement")
+        self.ctx.remark_passed("quantization", "integer", [p], f"'{p.name}' runs on the 8-bit values")
+        return True
+
+    def bounds(self, p: Op, out: Quant) -> tuple[int, int, Op | None]:
+        """The saturation bounds a relu or clip between the contraction and the quantize gives, and the
+        contraction (None when there is none or the activation has other users)."""
+        lo, hi = -(2**31), 2**31 - 1
+        if p.name not in ("relu", "clip"):
+            return lo, hi, p
+        if len(p.result.uses) != 1 or p.operands[0].op is None:
+            return lo, hi, None
+        s, z = float(out.scale.reshape(-1)[0]), int(out.zero_point.reshape(-1)[0])
+        if p.name == "relu":
+            return z, hi, p.operands[0].op
+        a, b = float(p.attrs.get("min", -np.inf)), float(p.attrs.get("max", np.inf))  # type: ignore[arg-type]
+        lo = z + int(np.rint(a / s)) if np.isfinite(a) else lo
+        hi = z + int(np.rint(b / s)) if np.isfinite(b) else hi
+        return max(lo, -(2**31)), min(hi, 2**31 - 1), p.operands[0].op
+
+    def contraction(self, q: Op, out: Quant, c: Op, act: Op | None, lo: int, hi: int,
+                    rw: Rewriter) -> Refusal | None:
+        if len(c.result.uses) != 1:
+            return Refusal("multi-use", f"its result has {len(c.result.uses)} users", [c])
+        x = self.params(c.operands[0].op, "dequantize")
+        w = self.params(c.operands[1].op, "dequantize")
+        for r in (x, w):
+            if isinstance(r, Refusal):
+                return r
+        assert isinstance(x, Quant) and isinstance(w, Quant)
+        if x.value.type.dtype not in EIGHT_BIT or w.value.type.dtype not in EIGHT_BIT:
+            return Refusal("dtype", f"its operands are {x.value.type.dtype} and {w.value.type.dtype}, "
+                           "not 8-bit")
+        if not x.per_tensor:
+            return Refusal("per-channel", "the input's scale or zero point is not per tensor")
+        if c.name == "gemm":
+            alpha, beta = (float(c.attrs.get(k, 1.0)) for k in ("alpha", "beta"))  # type: ignore[arg-type]
+            if alpha != 1.0 or c.attrs.get("trans_a", False) or (len(c.operands) == 3 and beta != 1.0):
+                return Refusal("attributes", "gemm has alpha or beta other than 1 or transposes A")
+        wt = w.value.type
+        if c.name == "conv2d":
+            channels, axis = wt.dims[0], 0
+        else:
+            if wt.rank != 2:
+                return Refusal("per-channel", f"the weight has rank {wt.rank}, not 2")
+            trans = c.name == "gemm" and bool(c.attrs.get("trans_b", False))
+            channels, axis = (wt.dims[0], 0) if trans else (wt.dims[1], 1)
+        ws = _channel_vector(w.scale, wt, axis)
+        wz = _channel_vector(w.zero_point, wt, axis)
+        if wz is not None and np.all(wz == wz[0]):
+            wz = wz[:1]  # one zero point for every channel (symmetric weights: 0)
+        if ws is None or wz is None:
+            return Refusal("per-channel", "the weight's scale or zero point is not per tensor or per output "
+                           "channel")
+        sx, sy = float(x.scale.reshape(-1)[0]), float(out.scale.reshape(-1)[0])
+        bias = self.bias(c, channels)
+        if isinstance(bias, Refusal):
+            return bias
+        acc_scale = (np.float32(sx) * ws.astype(np.float32))  # onnxruntime's bias scale
+        loc = fuse_locs(*(o.loc for o in (x.op, w.op, c, *((act,) if act else ()), q)))
+        ops: list[Value] = [x.value]
+        wq = w.value
+        if c.name == "gemm" and c.attrs.get("trans_b", False):  # W is [N, K]: qmatmul takes [K, N]
+            tr = rw.create(q, "transpose", [wq], [TensorType(wt.dims[::-1], wt.dtype)], {"perm": [1, 0]}, loc)
+            wq = tr.result
+        ops += [wq, x.zp_value]
+        zw = wz.astype(w.zero_point.dtype)
+        ops.append(self.const(q, zw if wz.size > 1 else zw.reshape(()),
+                              TensorType((channels,) if wz.size > 1 else (), wt.dtype), "zero_point"))
+        scale = (acc_scale / np.float32(sy)).astype(np.float32)
+        ops.append(self.const(q, scale if ws.size > 1 else scale.reshape(()),
+                              TensorType((channels,) if ws.size > 1 else (), "f32"), "scale"))
+        ops.append(out.zp_value)
+        if bias is not None:
+            bq = np.clip(np.rint(bias / np.broadcast_to(acc_scale, bias.shape).astype(np.float64)),
+                         -(2**31), 2**31 - 1).astype(np.int32)
+            ops.append(self.const(q, bq, TensorType((channels,), "i32"), "bias"))
+        attrs = dict(c.attrs) if c.name == "conv2d" else {}
+        if lo > -(2**31):
+            attrs["min"] = lo
+        if hi < 2**31 - 1:
+            attrs["max"] = hi
+        name = "qconv2d" if c.name == "conv2d" else "qmatmul"
+        new = rw.create(q, name, ops, [q.result.type], attrs, loc)
+        new.result.name = q.result.name
+        rw.replace_op(q, [new.result])
+        self.owner.stat("num-folded")
+        self.ctx.remark_passed("quantization", "integer", [c],
+                               f"'{c.name}' runs on 8-bit operands with i32 accumulators as '{name}'")
+        return None
+
+    def bias(self, c: Op, channels: int) -> np.ndarray | None | Refusal:
+        """The contraction's float bias per output channel (conv2d's bias, gemm's c), or None."""
+        if len(c.operands) < 3:
+            return None
+        v = c.operands[2]
+        arr = const_array(v, self.module)
+        if arr is None:
+            dq = self.params(v.op, "dequantize")
+            if isinstance(dq, Refusal) or (arr := const_array(dq.value, self.module)) is None:
+                return Refusal("not-constant", "the bias is not a constant", [c])
+            arr = (arr.astype(np.float64) - dq.zero_point.astype(np.float64)) * dq.scale
+        flat = np.asarray(arr, np.float64)
+        if flat.size == 1:
+            return np.full(channels, float(flat.reshape(-1)[0]))
+        if flat.reshape(-1).size != channels or (flat.ndim == 2 and flat.shape[0] != 1):
+            return Refusal("per-channel", f"the bias {v.type} is not one value per output channel", [c])
+        return flat.reshape(-1)
+
+
+def _channel_vector(a: np.ndarray, wt: TensorType, axis: int) -> np.ndarray | None:
+    """A weight's scale or zero point (broadcast-shaped by the importer) as a vector over output channels
+    (size 1 when per tensor), None when it varies along another axis."""
+    if a.size == 1:
+        return a.reshape(1)
+    shape = (1,) * (wt.rank - a.ndim) + a.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != axis) or shape[axis] != wt.dims[axis]:
+        return None
+    return a.reshape(-1)
+
+
+@dataclass
+class FoldQdq(Pass):
+    """Turn dequantize -> conv2d / matmul / gemm -> quantize into integer ops."""
+
+    NAME = "fold-qdq"
+    STATISTICS = {
+        "num-folded": "Number of contractions turned into qconv2d / qmatmul",
+        "num-integer-movement": "Number of reshapes and transposes moved onto 8-bit values",
+        "num-identities": "Number of quantize(dequantize(x)) with the same parameters removed",
+        "num-missed": "Number of quantized contractions left in float",
+    }
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        apply_patterns_greedily(module, {"quantize": [Folder(self, module, ctx).quantize]})
+
+
+PASS = FoldQdq
