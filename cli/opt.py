@@ -109,7 +109,7 @@ def _csv(values: tuple[str, ...]) -> set[str]:
                    "counts too), or only a crash or invalid IR (crash).")
 @click.option("--remarks", "remark_cats", multiple=True, metavar="CATEGORIES",
               help="Print a remark for each transformation of these categories (fusion, layout, algebraic, "
-                   "pattern, memory, or all; comma-separated or repeated) on stderr.")
+                   "pattern, memory, quantization, or all; comma-separated or repeated) on stderr.")
 @click.option("--remarks-missed", is_flag=True,
               help="Also print each refusal with its reason code (of the --remarks categories, or of all).")
 @click.option("--remarks-format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,

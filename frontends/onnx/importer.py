@@ -24,11 +24,9 @@ from ...ir.ops.registry import OpError
 from ...ir.printer import sanitize
 from ...ir.types import TensorType
 from .builder import Builder, ConversionError, Tensor
-from .registry import get_converter
+from .registry import DEFAULT_DOMAINS, TRAINING_DOMAIN, get_converter
 from .types import onnx_element_type
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
-TRAINING_DOMAIN = "ai.onnx.preview.training"  # Momentum, Adagrad, Adam: pure math, converted like the rest
 CONVERTIBLE_DOMAINS = DEFAULT_DOMAINS + (TRAINING_DOMAIN,)
 
 
@@ -86,12 +84,9 @@ def check_supported(model: onnx.ModelProto, filename: str) -> None:
     missing: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for i, node in enumerate(model.graph.node):
         name = node.name or f"{node.op_type}_{i}"
-        if node.domain not in CONVERTIBLE_DOMAINS:
-            missing[(node.domain, node.op_type)].append(name)
-            continue
-        conv = get_converter(node.op_type)
-        if conv is None or opset < conv.since:
-            missing[("", node.op_type)].append(name)
+        conv = get_converter(node.op_type, node.domain)
+        if conv is None or (node.domain in CONVERTIBLE_DOMAINS and opset < conv.since):
+            missing[("" if node.domain in CONVERTIBLE_DOMAINS else node.domain, node.op_type)].append(name)
     if not missing:
         return
     notes = []
@@ -221,7 +216,7 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
     b.loc = (f"onnx:{name}",)
     b.node_name = sanitize(name)
     b.outputs = tuple(node.output)
-    conv = get_converter(node.op_type)
+    conv = get_converter(node.op_type, node.domain)
     assert conv is not None
 
     def fail(message: str) -> DiagnosticError:
@@ -280,8 +275,8 @@ class Subgraph:
         for init in g.initializer:
             env[init.name] = initializer_tensor(b, init)
         for node in g.node:
-            conv = get_converter(node.op_type) if node.domain in CONVERTIBLE_DOMAINS else None
-            if conv is None or b.opset < conv.since:
+            conv = get_converter(node.op_type, node.domain)
+            if conv is None or (node.domain in CONVERTIBLE_DOMAINS and b.opset < conv.since):
                 where = f"opset {b.opset}" if node.domain in DEFAULT_DOMAINS else f"domain '{node.domain}'"
                 raise ConversionError(f"subgraph '{g.name}' uses {node.op_type} ({where}), which is not "
                                       "supported (no converter)")

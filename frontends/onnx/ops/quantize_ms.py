@@ -1,0 +1,111 @@
+"""Converters for onnxruntime's `com.microsoft` quantized operators, the ones its quantization tool emits
+in QOperator format: QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearSigmoid,
+QLinearLeakyRelu and QGemm.
+
+Each becomes its dequantize -> float op -> quantize form, as the QDQ format writes it: `fuse` makes the
+elementwise ones one kernel reading and writing 8-bit values, and `fold-qdq` turns QGemm into a `qmatmul`
+(onnxruntime computes these in float too, except QGemm).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..builder import Builder, ConversionError, Tensor
+from ..registry import converter
+from .misc import _scalar
+from .quantize import DequantizeLinear, QuantizeLinear
+
+MS = "com.microsoft"
+
+
+def _dq(b: Builder, x: Tensor, scale: Tensor, zero_point: Tensor | None, axis: int = 1) -> Tensor:
+    return DequantizeLinear(b, x, scale, zero_point, axis=axis)
+
+
+def _q(b: Builder, y: Tensor, scale: Tensor, zero_point: Tensor | None, like: Tensor) -> Tensor:
+    """y quantized; with no zero point, to the type of the input `like` (as onnxruntime's kernels do)."""
+    if zero_point is None:
+        zero_point = _scalar(b, 0, like.dtype)
+    return QuantizeLinear(b, y, scale, zero_point)
+
+
+def _binary(b: Builder, name: str, A: Tensor, A_scale: Tensor, A_zero_point: Tensor | None, B: Tensor,
+            B_scale: Tensor, B_zero_point: Tensor | None, C_scale: Tensor,
+            C_zero_point: Tensor | None) -> Tensor:
+    y = b.op(name, [_dq(b, A, A_scale, A_zero_point), _dq(b, B, B_scale, B_zero_point)])
+    return _q(b, y, C_scale, C_zero_point, A)
+
+
+@converter("QLinearAdd", domain=MS)
+def QLinearAdd(b: Builder, A: Tensor, A_scale: Tensor, A_zero_point: Tensor | None, B: Tensor,
+               B_scale: Tensor, B_zero_point: Tensor | None, C_scale: Tensor,
+               C_zero_point: Tensor | None = None) -> Tensor:
+    return _binary(b, "add", A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
+
+
+@converter("QLinearMul", domain=MS)
+def QLinearMul(b: Builder, A: Tensor, A_scale: Tensor, A_zero_point: Tensor | None, B: Tensor,
+               B_scale: Tensor, B_zero_point: Tensor | None, C_scale: Tensor,
+               C_zero_point: Tensor | None = None) -> Tensor:
+    return _binary(b, "mul", A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
+
+
+@converter("QLinearConcat", domain=MS)
+def QLinearConcat(b: Builder, Y_scale: Tensor, Y_zero_point: Tensor, *inputs: Tensor | None,
+                  axis: int) -> Tensor:
+    """Inputs after Y's scale and zero point come in (X, X_scale, X_zero_point) triples."""
+    if len(inputs) % 3 or not inputs:
+        raise ConversionError(f"QLinearConcat takes (X, scale, zero point) triples, got {len(inputs)} inputs")
+    parts = []
+    for i in range(0, len(inputs), 3):
+        x, s, z = inputs[i:i + 3]
+        if x is None or s is None:
+            raise ConversionError(f"QLinearConcat input triple {i // 3} lacks its tensor or scale")
+        parts.append(_dq(b, x, s, z))
+    return QuantizeLinear(b, b.op("concat", parts, {"axis": axis}), Y_scale, Y_zero_point)
+
+
+@converter("QLinearGlobalAveragePool", domain=MS)
+def QLinearGlobalAveragePool(b: Builder, X: Tensor, x_scale: Tensor, x_zero_point: Tensor | None,
+                             y_scale: Tensor, y_zero_point: Tensor | None = None, *,
+                             channels_last: int = 0) -> Tensor:
+    x = _dq(b, X, x_scale, x_zero_point)
+    if channels_last:
+        y = b.op("reduce_mean", [x], {"axes": list(range(1, X.rank - 1)), "keepdims": True})
+    else:
+        y = b.op("global_avg_pool", [x])
+    return _q(b, y, y_scale, y_zero_point, X)
+
+
+@converter("QLinearSigmoid", domain=MS)
+def QLinearSigmoid(b: Builder, X: Tensor, X_scale: Tensor, X_zero_point: Tensor | None, Y_scale: Tensor,
+                   Y_zero_point: Tensor | None = None) -> Tensor:
+    return _q(b, b.op("sigmoid", [_dq(b, X, X_scale, X_zero_point)]), Y_scale, Y_zero_point, X)
+
+
+@converter("QLinearLeakyRelu", domain=MS)
+def QLinearLeakyRelu(b: Builder, X: Tensor, X_scale: Tensor, X_zero_point: Tensor | None, Y_scale: Tensor,
+                     Y_zero_point: Tensor | None = None, *, alpha: float = 0.01) -> Tensor:
+    y = b.op("leaky_relu", [_dq(b, X, X_scale, X_zero_point)], {"alpha": float(alpha)})
+    return _q(b, y, Y_scale, Y_zero_point, X)
+
+
+@converter("QGemm", domain=MS)
+def QGemm(b: Builder, A: Tensor, a_scale: Tensor, a_zero_point: Tensor | None, B: Tensor, b_scale: Tensor,
+          b_zero_point: Tensor | None, C: Tensor | None = None, y_scale: Tensor | None = None,
+          y_zero_point: Tensor | None = None, *, alpha: float = 1.0, transA: int = 0,
+          transB: int = 0) -> Tensor:
+    """alpha * A' @ B' + C with the 8-bit A and B dequantized (B's scale per tensor or per output column)
+    and the i32 bias C at scale a_scale * b_scale; quantized when y_scale is given, else float."""
+    a = _dq(b, A, a_scale, a_zero_point)
+    bf = _dq(b, B, b_scale, b_zero_point, axis=0 if transB else 1)
+    inputs = [a, bf]
+    if C is not None:
+        c_scale = b.op("mul", [b.reshape(a_scale, []), b_scale if b_scale.type.numel > 1
+                               else b.reshape(b_scale, [])])
+        zero = b.const(np.zeros((), np.int32))
+        inputs.append(DequantizeLinear(b, C, c_scale, zero, axis=0))
+    y = b.op("gemm", inputs, {"alpha": float(alpha), "beta": 1.0, "trans_a": bool(transA),
+                              "trans_b": bool(transB)})
+    return y if y_scale is None else _q(b, y, y_scale, y_zero_point, A)
