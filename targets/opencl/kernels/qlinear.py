@@ -1,26 +1,33 @@
 """The integer contractions: `conv2d_integer` / `qconv2d` and `matmul_integer` / `qmatmul` on 8-bit
-operands with i32 accumulators.
+operands with i32 accumulators, exact.
 
-conv: a work-item computes `ob` output channels (of one group) at one output pixel; work-items along
-dim 0 are consecutive output columns, so PoCL's work-group vectorizer turns the input loads of a stride-1
-conv into vector loads while the weights (the same for every lane) are scalar loads. Padding contributes
-zero after the zero point is subtracted.
+conv: a first kernel copies the input into a scratch buffer of shorts, x - x_zero_point, with the conv's
+padding as zeros (so padding contributes nothing and the main loop has no bounds checks) and each row
+split into `stride` phases (column xp at phase xp % s, position xp / s), so the inputs of consecutive
+output columns are consecutive for any stride. A work-item of the main kernel then computes `ob` output
+channels (of one group) times `px` consecutive output columns of one row: per input channel and tap one
+`vloadN` of the row, widened to int, and one multiply-add per channel with the weight broadcast; the
+weights are packed [O / ob, C / g, KH, KW, ob] so each step's `ob` weights are one `vload`. The weight
+zero point comes out at the end: sum (x - xz)(w - wz) = sum (x - xz) w - wz sum (x - xz), the last sum
+kept per column beside the accumulators.
 
-matmul: a work-item computes `ob` rows of one output column; along dim 0 the columns, so the loads of B
-are consecutive and A's (one per row) the same for every lane. B's zero point is subtracted once per k
-and reused by the rows.
+matmul: a work-item computes `ob` rows times 16 columns; B is packed [.., K, N / 16, 16] (zero-padded
+columns), so each k reads 16 consecutive bytes of it, and each row's A value is a scalar broadcast. B's
+zero point comes out at the end the same way, with the per-row sums of a - az.
 
 The requantizing forms add the i32 bias, multiply by the scale in double (float where the device has no
-fp64; the epilogue runs once per output), add the output zero point, round half to even (`rint`) and
-clamp to [min, max] within the output type before the 8-bit store, as the op's reference does.
+fp64; once per output), add the output zero point, round half to even (`rint`) and clamp to [min, max]
+within the output type, on whole vectors, as the op's reference does. A scale or zero point of one
+element serves every channel.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ....ir.types import int_range
-from .base import Ctx, Kernel, Lowered, NotLowerable, ctype, require_static, template
+from ....ir.types import TensorType, int_range
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
 REQUANT_OPS = ("qconv2d", "qmatmul")
@@ -41,110 +48,300 @@ def _block(n: int, cap: int = 8) -> int:
     return b
 
 
-def _params(ctx: Ctx) -> str:
-    names = []
-    for i, t in enumerate(ctx.operands):
+def _lanes(n: int) -> int:
+    """Vector width for a row of n outputs: 16, or the smallest of 4, 8 covering n."""
+    return 4 if n <= 4 else 8 if n <= 8 else 16
+
+
+def _element(t: TensorType, i: str) -> str:
+    """Index `i` of a per-channel operand, or element 0 when it has one value for all."""
+    return "0" if t.numel == 1 else i
+
+
+def _requant(ctx: Ctx, acc: str, ch: str, w: int, per_lane: bool) -> str:
+    """The stored vector for accumulator vector `acc` (int<w>) of channel `ch` (`per_lane`: the lanes
+    are channels ch .. ch + w - 1, else all are channel ch): as is for the integer ops, else requantized
+    (operands 4, 5, 6: scale, output zero point, bias)."""
+    if ctx.op_name in INTEGER_OPS:
+        return acc
+    scale, yz = ctx.operands[4:6]
+    real = "double" if ctx.device.fp64 else "float"
+    rv = f"{real}{w}"
+
+    def channel(arg: str, t: TensorType, ct: str) -> str:
+        if t.numel == 1:
+            return f"({ct}{w})({arg}[0])"
+        return f"convert_{ct}{w}(vload{w}(0, {arg} + {ch}))" if per_lane else f"({ct}{w})({arg}[{ch}])"
+
+    v = acc
+    if len(ctx.operands) == 7:
+        v = f"({v} + {channel('in6', ctx.operands[6], 'int')})"
+    tlo, thi = int_range(yz.dtype)
+    lo, hi = max(ctx.attr("min"), tlo), min(ctx.attr("max"), thi)
+    if lo > hi:
+        raise NotLowerable(f"bounds [{ctx.attr('min')}, {ctx.attr('max')}] are outside {yz.dtype}")
+    real_v = f"rint(convert_{rv}({v}) * {channel('in4', scale, real)} + ({rv})({real})in5[0])"
+    return f"convert_{ctype(yz)}{w}(clamp({real_v}, ({rv})({lo}), ({rv})({hi})))"
+
+
+def _params(ctx: Ctx, first: str, packed_w: bool = True) -> str:
+    names = [first, f"__global const {ctype(ctx.operands[1])}* restrict in1"]
+    for i, t in enumerate(ctx.operands[2:], start=2):
         names.append(f"__global const {ctype(t)}* restrict in{i}")
     names.append(f"__global {ctype(ctx.results[0])}* restrict out0")
     return ",\n                     ".join(names)
 
 
-def _store(ctx: Ctx, acc: str, ch: str, index: str) -> str:
-    """The statement storing accumulator `acc` of output channel / column `ch` at `index`: as is for the
-    integer ops, requantized for the q-ops (operands 4, 5, 6: scale, output zero point, bias)."""
-    if ctx.op_name in INTEGER_OPS:
-        return f"out0[{index}] = {acc};"
-    scale, yz = ctx.operands[4:6]
-    real = "double" if ctx.device.fp64 else "float"
-    bias = f" + in6[{ch}]" if len(ctx.operands) == 7 else ""
-    s = f"in4[{ch}]" if scale.rank == 1 else "in4[0]"
-    tlo, thi = int_range(yz.dtype)
-    lo, hi = max(ctx.attr("min"), tlo), min(ctx.attr("max"), thi)
-    if lo > hi:
-        raise NotLowerable(f"bounds [{ctx.attr('min')}, {ctx.attr('max')}] are outside {yz.dtype}")
-    v = f"rint(({real})({acc}{bias}) * ({real}){s} + ({real})in5[0])"
-    return f"out0[{index}] = ({ctype(yz)})clamp({v}, ({real}){lo}, ({real}){hi});"
+@dataclass(frozen=True)
+class Geo:
+    """A conv's sizes and the padded, phase-split input: rows of wp elements, wq per phase."""
+
+    n: int
+    c: int
+    h: int
+    wd: int
+    m: int
+    cg: int
+    kh: int
+    kw: int
+    ho: int
+    wo: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    dh: int
+    dw: int
+    hp: int
+    wq: int
+
+    @property
+    def wp(self) -> int:
+        return self.wq * self.sw
+
+    @property
+    def plane(self) -> int:
+        return self.hp * self.wp
+
+    def tap(self, ky: int, kx: int) -> int:
+        """The offset of tap (ky, kx) from its output column's first input in the padded plane."""
+        return ky * self.dh * self.wp + ((kx * self.dw) % self.sw) * self.wq + (kx * self.dw) // self.sw
 
 
-def _zero_points(t_rank: int, ch: str, ob: int, arg: str) -> list[str]:
-    """The weight zero point of each of `ob` channels from `ch` (one scalar, or one per channel)."""
-    return [f"const int wz{o} = {arg}[{ch} + {o}];" if t_rank == 1 else f"const int wz{o} = {arg}[0];"
-            for o in range(ob)]
+def _geo(ctx: Ctx, cols: int) -> Geo:
+    x, w = ctx.operands[:2]
+    n, c, h, wd = x.dims
+    m, cg, kh, kw = w.dims
+    _, _, ho, wo = ctx.results[0].dims
+    sh, sw = ctx.attr("strides")
+    pt, pl, pb, pr = ctx.attr("pads")
+    dh, dw = ctx.attr("dilations")
+    hp = max(h + pt + pb, (ho - 1) * sh + (kh - 1) * dh + 1)
+    wq = math.ceil(max(wd + pl + pr, (math.ceil(wo / cols) * cols - 1) * sw + (kw - 1) * dw + 1) / sw)
+    return Geo(n, c, h, wd, m, cg, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw, hp, wq)
+
+
+def _repack(ctx: Ctx, geo: Geo, et: str) -> Kernel:
+    """x - x_zero_point as `et`, zero-padded and phase-split, into tmp0: a work-item fills one padded row,
+    16 elements at a time (one vector load where they are 16 consecutive inputs)."""
+    xt = ctype(ctx.operands[0])
+    fast = ""
+    if geo.sw == 1:
+        inside = f"iy >= 0 && iy < {geo.h} && q0 >= {geo.pl} && q0 + 16 <= {min(geo.pl + geo.wd, geo.wp)}"
+        fast = f"""        if ({inside}) {{
+            vstore16(convert_{et}16(convert_int16(vload16(0, src + q0 - {geo.pl})) - xz), 0, dst + q0);
+            continue;
+        }}
+"""
+    src = f"""// {ctx.op_name} input: x - x_zero_point as {et}, padded to {geo.hp}x{geo.wp}, {geo.sw} phases
+// a row
+__kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
+                     __global {et}* restrict tmp0) {{
+    const int yp = get_global_id(0), nc = get_global_id(1);
+    if (yp >= {geo.hp}) return;
+    const int iy = yp - {geo.pt}, xz = in2[0];
+    const __global {xt}* src = in0 + (nc * {geo.h} + iy) * {geo.wd};
+    __global {et}* dst = tmp0 + (nc * {geo.hp} + yp) * {geo.wp};
+    for (int q0 = 0; q0 < {geo.wp}; q0 += 16) {{
+{fast}        for (int q = q0; q < min(q0 + 16, {geo.wp}); ++q) {{
+            const int ix = (q % {geo.wq}) * {geo.sw} + q / {geo.wq} - {geo.pl};
+            dst[q] = (iy >= 0 && iy < {geo.h} && ix >= 0 && ix < {geo.wd}) ? ({et})((int)src[ix] - xz) : 0;
+        }}
+    }}
+}}
+"""
+    ly = min(geo.hp, 16)
+    return Kernel(src, (math.ceil(geo.hp / ly) * ly, geo.n * geo.c), (ly, 1), ("in0", "in2", "tmp0"))
 
 
 @template("conv2d_integer", "qconv2d")
 def lower_integer_conv(ctx: Ctx) -> Lowered:
     _check(ctx)
+    m, g = ctx.operands[1].dims[0], ctx.attr("groups")
+    lanes = int(ctx.schedule.get("lanes", 16 if m // g >= 12 else 0))
+    if lanes:
+        return _conv_channel_lanes(ctx, lanes)
+    return _conv_pixel_lanes(ctx)
+
+
+def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
+    """Lanes over `lanes` output channels of a group (weights packed [O / lanes, C / g, KH, KW, lanes],
+    one vector load a tap), `px` output columns an item, each input a broadcast int."""
     x, w, _, wz = ctx.operands[:4]
     y = ctx.results[0]
-    n, c, h, wd = x.dims
-    m, cg, kh, kw = w.dims
-    _, _, ho, wo = y.dims
-    sh, sw = ctx.attr("strides")
-    ph, pw = ctx.attr("pads")[:2]
-    dh, dw = ctx.attr("dilations")
-    og = m // ctx.attr("groups")
-    ob = _block(og, int(ctx.schedule.get("rows", 8)))
-    blocks = m // ob
-    lx = min(16, 1 << max(0, math.ceil(math.log2(max(wo, 1)))))
-    taps = cg * kh * kw
-    accs = "\n".join(f"    int acc{o} = 0;" for o in range(ob))
-    macs = "\n".join(f"                acc{o} += xv * ((int)wb[{o * taps} + t] - wz{o});" for o in range(ob))
-    stores = "\n".join(
-        "        " + _store(ctx, f"acc{o}", f"oc0 + {o}", f"((b * {m} + oc0 + {o}) * {ho} + oy) * {wo} + ox")
-        for o in range(ob))
-    zps = "\n".join("    " + z for z in _zero_points(wz.rank, "oc0", ob, "in3"))
-    src = f"""// {ctx.op_name}: {x} * {w} -> {y}
-// strides {sh}x{sw}, pads {ph},{pw}, dilations {dh}x{dw}, groups {ctx.attr("groups")}; {ob} channels an item
-__kernel void KERNEL({_params(ctx)}) {{
-    const int ox = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);
-    const int b = z / {blocks}, oc0 = (z % {blocks}) * {ob};
-    const int xc = min(ox, {wo - 1});
-    const int xz = in2[0];
-{zps}
-{accs}
-    const __global {ctype(x)}* xb = in0 + (b * {c} + (oc0 / {og}) * {cg}) * {h * wd};
-    const __global {ctype(w)}* wb = in1 + oc0 * {taps};
-    for (int ci = 0; ci < {cg}; ++ci) {{
-        for (int ky = 0; ky < {kh}; ++ky) {{
-            const int iy = oy * {sh} - {ph} + ky * {dh};
-            if (iy < 0 || iy >= {h}) continue;
-            for (int kx = 0; kx < {kw}; ++kx) {{
-                const int ix = xc * {sw} - {pw} + kx * {dw};
-                const int xv = (ix >= 0 && ix < {wd}) ? (int)xb[(ci * {h} + iy) * {wd} + ix] - xz : 0;
-                const int t = (ci * {kh} + ky) * {kw} + kx;
+    g = ctx.attr("groups")
+    px = int(ctx.schedule.get("cols", 8))
+    og = w.dims[0] // g
+    if lanes not in (8, 16) or px < 1 or px > 16:
+        raise NotLowerable(f"'{ctx.op_name}' schedule lanes={lanes} (8 or 16), cols={px} (1..16)")
+    geo = _geo(ctx, px)
+    gb = math.ceil(og / lanes)  # lane blocks of a group
+    vi = f"int{lanes}"
+    wzv = (f"({vi})((int)in3[0])" if wz.numel == 1
+           else f"convert_{vi}(vload{lanes}(0, in3 + oc0))" if og % lanes == 0
+           else f"(({vi})(" + ", ".join(f"(int)in3[min(oc0 + {j}, {w.dims[0] - 1})]" for j in range(lanes))
+           + "))")
+    taps = []
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            t = (ky * geo.kw + kx) * lanes
+            macs = "\n".join(f"            a{p} += ({vi})(xr[{geo.tap(ky, kx) + p}]) * wv;"
+                              for p in range(px))
+            taps.append(f"""        {{
+            const {vi} wv = convert_{vi}(vload{lanes}(0, wc + {t})) - wz;
 {macs}
-            }}
-        }}
+        }}""")
+    accs = "\n".join(f"    {vi} a{p} = 0;" for p in range(px))
+    per_lane = og % lanes == 0
+    stores = []
+    for p in range(px):
+        val = _requant(ctx, f"a{p}", "oc0", lanes, per_lane=True) if per_lane or _all_scalar(ctx) \
+            else _requant_lanes(ctx, f"a{p}", lanes, w.dims[0], "oc0")
+        stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
+        const {ctype(y)}{lanes} v = {val};
+        for (int j = 0; j < nch; ++j)
+            out0[((b * {geo.m} + oc0 + j) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}] = v[j];
+    }}""")
+    src = f"""// {ctx.op_name}: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {g}
+// {lanes} channels (lanes) x {px} columns an item
+__kernel void KERNEL({_params(ctx, "__global const int* restrict tmp0")}) {{
+    const int xi = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);
+    const int ox0 = xi * {px};
+    if (ox0 >= {geo.wo} || oy >= {geo.ho}) return;
+    const int b = z / {g * gb}, grp = (z / {gb}) % {g}, oc0 = grp * {og} + (z % {gb}) * {lanes};
+    const int nch = min({lanes}, {og} - (z % {gb}) * {lanes});
+    const {vi} wz = {wzv};
+{accs}
+    const __global int* xb = tmp0 + (b * {geo.c} + grp * {geo.cg}) * {geo.plane}
+                             + oy * {geo.sh * geo.wp} + ox0;
+    const __global {ctype(w)}* wb = in1 + (grp * {gb} + z % {gb}) * {geo.cg * geo.kh * geo.kw * lanes};
+    for (int ci = 0; ci < {geo.cg}; ++ci) {{
+        const __global int* xr = xb + ci * {geo.plane};
+        const __global {ctype(w)}* wc = wb + ci * {geo.kh * geo.kw * lanes};
+{chr(10).join(taps)}
     }}
-    if (ox < {wo}) {{
-{stores}
-    }}
+{chr(10).join(stores)}
 }}
 """
-    k = Kernel(src, (math.ceil(wo / lx) * lx, ho, n * blocks), (lx, 1, 1))
-    return Lowered([k], schedule={"rows": ob})
+    xb = math.ceil(geo.wo / px)
+    lx = min(xb, 8)
+    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
+    main = Kernel(src, (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * g * gb), (lx, ly, 1),
+                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([_repack(ctx, geo, "int"), main], scratch=[4 * geo.n * geo.c * geo.plane],
+                  schedule={"lanes": lanes, "cols": px})
+    # [O, Cg, KH, KW] -> [G, ceil(og / lanes), Cg, KH, KW, lanes]: lane blocks never cross a group
+    low.pack[1] = PackSpec((1,), (lanes,), reshape=(g, og, geo.cg, geo.kh, geo.kw))
+    low.flops_kernel = 1
+    return low
 
 
-def _batch_offset(batch: tuple[int, ...], shape: tuple[int, ...], q: str) -> str:
-    """The element offset of the matrix of an operand of `shape` (broadcast over the result's `batch`
-    dims) for flat batch index `q`."""
+def _conv_pixel_lanes(ctx: Ctx) -> Lowered:
+    """Lanes over `px` output columns, `ob` channels an item (depthwise and narrow groups)."""
+    x, w, _, wz = ctx.operands[:4]
+    y = ctx.results[0]
+    g = ctx.attr("groups")
+    og = w.dims[0] // g
+    ob = _block(og, int(ctx.schedule.get("rows", 8)))
+    px = int(ctx.schedule.get("cols", _lanes(ctx.results[0].dims[3])))
+    if px not in (4, 8, 16) or og % ob:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={ob} cols={px}: rows must divide the group's "
+                           f"{og} channels, cols be 4, 8 or 16")
+    geo = _geo(ctx, px)
+    blocks, xb = geo.m // ob, math.ceil(geo.wo / px)
+    vi = f"int{px}"
+    taps = []
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            t = (ky * geo.kw + kx) * ob
+            macs = "\n".join(f"            a{o} += xv * ({vi})((int)wc[{t + o}] - wz{o});" for o in range(ob))
+            taps.append(f"""        {{
+            const {vi} xv = convert_{vi}(vload{px}(0, xr + {geo.tap(ky, kx)}));
+{macs}
+        }}""")
+    accs = "\n".join(f"    {vi} a{o} = 0;" for o in range(ob))
+    zps = "\n".join(f"    const int wz{o} = in3[{_element(wz, f'oc0 + {o}')}];" for o in range(ob))
+    stores = []
+    for o in range(ob):
+        oc = f"oc0 + {o}"
+        val = _requant(ctx, f"a{o}", oc, px, per_lane=False)
+        out = f"out0 + ((b * {geo.m} + {oc}) * {geo.ho} + oy) * {geo.wo} + ox0"
+        stores.append(f"""    {{
+        const {ctype(y)}{px} v = {val};
+        if (ox0 + {px} <= {geo.wo}) vstore{px}(v, 0, {out});
+        else for (int j = 0; j < {geo.wo} - ox0; ++j) ({out})[j] = v[j];
+    }}""")
+    src = f"""// {ctx.op_name}: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {g}
+// {ob} channels x {px} columns (lanes) an item
+__kernel void KERNEL({_params(ctx, "__global const short* restrict tmp0")}) {{
+    const int ox0 = get_global_id(0) * {px}, oy = get_global_id(1), z = get_global_id(2);
+    if (ox0 >= {geo.wo} || oy >= {geo.ho}) return;
+    const int b = z / {blocks}, oc0 = (z % {blocks}) * {ob};
+{zps}
+{accs}
+    const __global short* xb = tmp0 + (b * {geo.c} + (oc0 / {og}) * {geo.cg}) * {geo.plane}
+                               + oy * {geo.sh * geo.wp} + ox0;
+    const __global {ctype(w)}* wb = in1 + oc0 * {geo.cg * geo.kh * geo.kw};
+    for (int ci = 0; ci < {geo.cg}; ++ci) {{
+        const __global short* xr = xb + ci * {geo.plane};
+        const __global {ctype(w)}* wc = wb + ci * {geo.kh * geo.kw * ob};
+{chr(10).join(taps)}
+    }}
+{chr(10).join(stores)}
+}}
+"""
+    ly = int(ctx.schedule.get("local", max(1, min(geo.ho, 32 // max(1, min(xb, 8))))))
+    lx = min(xb, 8)
+    main = Kernel(src, (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * blocks), (lx, ly, 1),
+                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([_repack(ctx, geo, "short"), main], scratch=[2 * geo.n * geo.c * geo.plane],
+                  schedule={"rows": ob, "cols": px})
+    if ob > 1:
+        low.pack[1] = PackSpec((0,), (ob,))
+    low.flops_kernel = 1
+    return low
+
+
+def _batch_offset(batch: tuple[int, ...], shape: tuple[int, ...], size: int, q: str) -> str:
+    """The element offset of the matrix (of `size` elements) of an operand of `shape` (broadcast over
+    the result's `batch` dims) for flat batch index `q`."""
     own = shape[:-2]
     own = (1,) * (len(batch) - len(own)) + own
-    size = shape[-2] * shape[-1]
     terms, stride = [], size
     strides = []
     for d in reversed(own):
         strides.append(stride if d != 1 else 0)
         stride *= d
     strides.reverse()
-    for k, (d, s) in enumerate(zip(batch, strides, strict=True)):
-        if s == 0:
+    for k, (d, st) in enumerate(zip(batch, strides, strict=True)):
+        if st == 0:
             continue
         inner = math.prod(batch[k + 1:])
         t = f"({q} / {inner})" if inner > 1 else q
         t = f"({t} % {d})" if k else t
-        terms.append(f"{t} * {s}")
+        terms.append(f"{t} * {st}")
     return " + ".join(terms) or "0"
 
 
@@ -157,30 +354,85 @@ def lower_integer_matmul(ctx: Ctx) -> Lowered:
     nn = bt.dims[-1]
     batch = y.dims[:-2]
     nb = math.prod(batch)
-    ob = _block(mm, int(ctx.schedule.get("rows", 4)))
-    blocks = mm // ob
-    lx = min(16, 1 << max(0, math.ceil(math.log2(max(nn, 1)))))
-    accs = "\n".join(f"    int acc{o} = 0;" for o in range(ob))
-    macs = "\n".join(f"        acc{o} += ((int)ab[{o * kk} + k] - az) * bv;" for o in range(ob))
-    stores = "\n".join(
-        "        " + _store(ctx, f"acc{o}", "n", f"(q * {mm} + m0 + {o}) * {nn} + n") for o in range(ob))
-    bzv = "in3[nc]" if bz.rank == 1 else "in3[0]"
-    src = f"""// {ctx.op_name}: {a} x {bt} -> {y}; {ob} rows an item
-__kernel void KERNEL({_params(ctx)}) {{
-    const int n = get_global_id(0), m0 = get_global_id(1) * {ob}, q = get_global_id(2);
-    const int nc = min(n, {nn - 1});
-    const int az = in2[0], bzn = {bzv};
+    ob = int(ctx.schedule.get("rows", min(8, mm)))
+    if ob < 1 or ob > 16:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={ob} must be in 1..16")
+    cols = 16
+    nblk = math.ceil(nn / cols)
+    mblk = math.ceil(mm / ob)
+    vi = f"int{cols}"
+    loads = "\n".join(f"        const int x{r} = (int)ar[{min(r, mm - 1)} * {kk} + k] - az; sa{r} += x{r};"
+                       for r in range(ob))
+    macs = "\n".join(f"        a{r} += bv * ({vi})(x{r});" for r in range(ob))
+    accs = "\n".join(f"    {vi} a{r} = 0; int sa{r} = 0;" for r in range(ob))
+    bzv = (f"convert_{vi}(vload{cols}(0, in3 + n0))" if bz.numel > 1 and nn % cols == 0
+           else f"({vi})(in3[0])" if bz.numel == 1 else None)
+    stores = []
+    for r in range(ob):
+        ch = "n0"
+        if bzv is None:  # per-column zero point, N not whole vectors: per lane
+            fix_bz = f"({vi})(0)"
+            lanes = ", ".join(f"(int)in3[min(n0 + {j}, {nn - 1})]" for j in range(cols))
+            fix_bz = f"(({vi})({lanes}))"
+        else:
+            fix_bz = bzv
+        fix = f"a{r} - {fix_bz} * sa{r}"
+        val = _requant(ctx, fix, ch, cols, per_lane=True) if nn % cols == 0 or _all_scalar(ctx) \
+            else _requant_lanes(ctx, fix, cols, nn)
+        out = f"out0 + (q * {mm} + m0 + {r}) * {nn} + n0"
+        stores.append(f"""    if (m0 + {r} < {mm}) {{
+        const {ctype(y)}{cols} v = {val};
+        if (n0 + {cols} <= {nn}) vstore{cols}(v, 0, {out});
+        else for (int j = 0; j < {nn} - n0; ++j) ({out})[j] = v[j];
+    }}""")
+    src = f"""// {ctx.op_name}: {a} x {bt} -> {y}
+// {ob} rows x {cols} columns an item, B packed in {cols}-column blocks
+__kernel void KERNEL({_params(ctx, f"__global const {ctype(a)}* restrict in0")}) {{
+    const int nb = get_global_id(0), m0 = get_global_id(1) * {ob}, q = get_global_id(2);
+    if (nb >= {nblk} || m0 >= {mm}) return;
+    const int n0 = nb * {cols};
+    const int az = in2[0];
 {accs}
-    const __global {ctype(a)}* ab = in0 + {_batch_offset(batch, a.dims, "q")} + m0 * {kk};
-    const __global {ctype(bt)}* bb = in1 + {_batch_offset(batch, bt.dims, "q")} + nc;
+    const __global {ctype(a)}* ar = in0 + {_batch_offset(batch, a.dims, mm * kk, "q")} + m0 * {kk};
+    const __global {ctype(bt)}* bb = in1 + {_batch_offset(batch, bt.dims, kk * nblk * cols, "q")}
+                                    + nb * {kk * cols};
     for (int k = 0; k < {kk}; ++k) {{
-        const int bv = (int)bb[k * {nn}] - bzn;
+        const {vi} bv = convert_{vi}(vload{cols}(k, bb));
+{loads}
 {macs}
     }}
-    if (n < {nn}) {{
-{stores}
-    }}
+{chr(10).join(stores)}
 }}
 """
-    k = Kernel(src, (math.ceil(nn / lx) * lx, blocks, nb), (lx, 1, 1))
-    return Lowered([k], schedule={"rows": ob})
+    lx = min(nblk, 8)
+    k = Kernel(src, (math.ceil(nblk / lx) * lx, mblk, nb), (lx, 1, 1))
+    low = Lowered([k], schedule={"rows": ob, "cols": cols})
+    rank = bt.rank
+    low.pack[1] = PackSpec((rank - 1,), (cols,), tuple(range(rank - 2)) + (rank - 1, rank - 2))
+    return low
+
+
+def _all_scalar(ctx: Ctx) -> bool:
+    """Whether every per-column operand of the requantization has one element (or there is none)."""
+    return ctx.op_name in INTEGER_OPS or all(t.numel == 1 for t in [ctx.operands[4], *ctx.operands[6:]])
+
+
+def _requant_lanes(ctx: Ctx, acc: str, w: int, nn: int, base: str = "n0") -> str:
+    """_requant for per-channel operands when the channels are not whole vectors: lanes from `base`, the
+    ones past channel nn - 1 reading it."""
+    scale, yz = ctx.operands[4:6]
+    real = "double" if ctx.device.fp64 else "float"
+    rv = f"{real}{w}"
+
+    def lanes(arg: str, ct: str) -> str:
+        items = ", ".join(f"({ct}){arg}[min({base} + {j}, {nn - 1})]" for j in range(w))
+        return f"(({ct}{w})({items}))"
+
+    v = acc
+    if len(ctx.operands) == 7:
+        v = f"({v} + {lanes('in6', 'int') if ctx.operands[6].numel > 1 else f'(int{w})(in6[0])'})"
+    sc = lanes("in4", real) if scale.numel > 1 else f"({rv})(in4[0])"
+    tlo, thi = int_range(yz.dtype)
+    lo, hi = max(ctx.attr("min"), tlo), min(ctx.attr("max"), thi)
+    real_v = f"rint(convert_{rv}({v}) * {sc} + ({rv})({real})in5[0])"
+    return f"convert_{ctype(yz)}{w}(clamp({real_v}, ({rv})({lo}), ({rv})({hi})))"

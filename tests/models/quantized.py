@@ -1,0 +1,90 @@
+"""Quantized test models made the way users make them: a small float CNN and a small MLP with seeded
+weights, then onnxruntime's quantization tool (quantize_static in QDQ and QOperator format with
+per-channel weights and seeded calibration data; quantize_dynamic for the MLP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+CNN_INPUT = (1, 3, 32, 32)
+MLP_INPUT = (2, 16, 64)
+
+
+def _init(rng: np.random.Generator, name: str, shape: list[int], scale: float) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def float_cnn(seed: int = 0) -> onnx.ModelProto:
+    """conv + relu, strided conv + relu, depthwise conv + a residual add, max pool, flatten, FC."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", [16, 3, 3, 3], 0.2), _init(rng, "b1", [16], 0.1),
+             _init(rng, "w2", [32, 16, 3, 3], 0.1), _init(rng, "b2", [32], 0.1),
+             _init(rng, "w3", [32, 1, 3, 3], 0.2), _init(rng, "b3", [32], 0.1),
+             _init(rng, "fc", [10, 32 * 8 * 8], 0.02), _init(rng, "fcb", [10], 0.1)]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             node("Relu", ["c2"], ["r2"]),
+             node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], group=32),
+             node("Add", ["c3", "r2"], ["a3"]),
+             node("MaxPool", ["a3"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             node("Flatten", ["p"], ["f"]), node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, CNN_INPUT)],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
+    graph = helper.make_graph(nodes, "cnn", *io, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def float_mlp(seed: int = 0) -> onnx.ModelProto:
+    """Two MatMul + Add layers with a Relu between, on [batch, tokens, features]."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", [64, 128], 0.1), _init(rng, "b1", [128], 0.1),
+             _init(rng, "w2", [128, 32], 0.1), _init(rng, "b2", [32], 0.1)]
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w1"], ["m1"]), node("Add", ["m1", "b1"], ["a1"]),
+             node("Relu", ["a1"], ["r1"]), node("MatMul", ["r1", "w2"], ["m2"]), node("Add", ["m2", "b2"], ["y"])]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, MLP_INPUT)],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 32])])
+    graph = helper.make_graph(nodes, "mlp", *io, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...],
+             seed: int = 0) -> onnx.ModelProto:
+    """`model` through onnxruntime's quantization tool: how = 'qdq' or 'qoperator' (quantize_static, per
+    channel, uint8 activations, int8 weights, 8 seeded calibration inputs) or 'dynamic'."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    src, dst = tmp / f"{how}.f32.onnx", tmp / f"{how}.int8.onnx"
+    onnx.save(model, src)
+    if how == "dynamic":
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+    rng = np.random.default_rng(seed)
+    name = model.graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self) -> dict | None:
+            return next(self.data, None)
+
+    fmt = QuantFormat.QDQ if how == "qdq" else QuantFormat.QOperator
+    quantize_static(str(src), str(dst), Reader(), quant_format=fmt, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return onnx.load(dst)

@@ -1,0 +1,84 @@
+"""int8 models from onnxruntime's quantization tool against onnxruntime running the same model.
+
+A small CNN quantized by quantize_static (QDQ and QOperator formats, per-channel int8 weights, uint8
+activations) and a small MLP by quantize_dynamic, run by tessel at -O2 on numpy and on OpenCL. The int8
+outputs dequantized at the end must be within one quantization step of onnxruntime's (the output's
+scale: requantizations may round a tie the other way, onnxruntime computing them in float) and the CNN's
+top-1 class the same; -O2 must have turned every quantized conv and gemm into integer ops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from .quantized import CNN_INPUT, MLP_INPUT, float_cnn, float_mlp, quantize
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+def _opencl() -> bool:
+    from tessel.targets.opencl import device
+
+    return device.opencl_available() is None
+
+
+def _output_step(model: onnx.ModelProto) -> float:
+    """The scale of the final DequantizeLinear (the output's quantization step)."""
+    last = model.graph.node[-1]
+    assert last.op_type == "DequantizeLinear", last.op_type
+    scale = {i.name: i for i in model.graph.initializer}[last.input[1]]
+    return float(onnx.numpy_helper.to_array(scale).reshape(-1)[0])
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray, target: str) -> np.ndarray:
+    from tessel.frontends.onnx.backend import TesselBackend
+
+    rep = TesselBackend.prepare(model, "CPU", target=target, pipeline="-O2", filename="int8.onnx")
+    return np.asarray(rep.run([x])[0])
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    sess = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {model.graph.input[0].name: x})[0]
+
+
+@pytest.mark.parametrize("how", ["qdq", "qoperator"])
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_quantized_cnn_matches_onnxruntime(how: str, target: str, tmp_path: Path) -> None:
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL device")
+    model = quantize(float_cnn(), how, tmp_path, CNN_INPUT)
+    step = _output_step(model)
+    for seed in range(3):
+        x = np.random.default_rng(10 + seed).standard_normal(CNN_INPUT).astype(np.float32)
+        want, got = _ort(model, x), _run(model, x, target)
+        assert np.abs(got - want).max() <= step * 1.001, f"seed {seed}: more than one step apart"
+        assert np.argmax(got) == np.argmax(want)
+
+
+def test_quantized_cnn_runs_integer_contractions(tmp_path: Path) -> None:
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+
+    for how in ("qdq", "qoperator"):
+        module = import_model(quantize(float_cnn(), how, tmp_path, CNN_INPUT).SerializeToString(), "cnn.onnx")
+        PassManager(parse_pipeline(O_LEVELS[2])).run(module)
+        names = [op.name for op in module.walk()]
+        assert names.count("qconv2d") == 3 and names.count("qmatmul") == 1, how
+        assert "conv2d" not in names and "gemm" not in names, how
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_dynamically_quantized_mlp_matches_onnxruntime(target: str, tmp_path: Path) -> None:
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL device")
+    model = quantize(float_mlp(), "dynamic", tmp_path, MLP_INPUT)
+    x = np.random.default_rng(3).standard_normal(MLP_INPUT).astype(np.float32)
+    want, got = _ort(model, x), _run(model, x, target)
+    # float outputs of integer matmuls scaled in float: onnxruntime fuses the scales differently
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

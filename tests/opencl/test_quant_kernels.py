@@ -1,0 +1,352 @@
+"""The quantized ops on OpenCL against the registry's numpy references: the integer contractions
+(`conv2d_integer`, `qconv2d`, `matmul_integer`, `qmatmul`: targets/opencl/kernels/qlinear.py) and
+`quantize` / `dequantize` (elementwise RULES), bit-exact for integer results, one PoCL build per case.
+
+The requantizing scales are calibrated on the case's own accumulators (as a quantizer would set them:
+about 40 output steps per accumulator standard deviation, which lands them around 1e-3..5e-3 for these
+layer sizes), so the outputs spread over the 8-bit range instead of all saturating; each requantized case
+asserts so. Power-of-two scales on small accumulators make acc * scale + y_zero_point hit exact .5 ties,
+which must round to even (the `*_rounds_ties_to_even` tests).
+
+The cases whose per-channel weight zero point and scale have shape [1] (which the ops' checks accept:
+`dims[0] in (1, channels)`) are expected failures: the templates index any rank-1 zero point or scale
+by the output channel, reading past the one element.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from tessel.ir.ops.registry import get_op
+from tessel.ir.types import TensorType, int_range
+from tessel.targets.opencl.kernels.testing import check_op
+
+NP = {"i8": np.int8, "ui8": np.uint8}
+
+
+def rng_for(*key: Any) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def ints(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, lo: int | None = None,
+         hi: int | None = None) -> np.ndarray:
+    tlo, thi = int_range(dtype)
+    return rng.integers(tlo if lo is None else lo, (thi if hi is None else hi) + 1, shape).astype(NP[dtype])
+
+
+def reference(op: str, inputs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    opdef = get_op(op)
+    assert opdef is not None
+    sig = opdef.sig([TensorType.of(a) for a in inputs], dict(attrs))
+    sig.results = opdef.infer(sig)
+    return np.asarray(opdef.reference(sig, *inputs))
+
+
+def assert_spread(y: np.ndarray, attrs: dict[str, Any], dtype: str) -> None:
+    """Most requantized outputs lie strictly inside the clamp range: the case tests the arithmetic, not
+    only the saturation."""
+    tlo, thi = int_range(dtype)
+    lo, hi = max(attrs.get("min", tlo), tlo), min(attrs.get("max", thi), thi)
+    inside = np.mean((y > lo) & (y < hi))
+    assert inside > 0.25, f"only {inside:.0%} of the outputs are inside ({lo}, {hi})"
+    assert len(np.unique(y)) > 8, f"only {len(np.unique(y))} distinct outputs"
+
+
+def calibrate(rng: np.random.Generator, acc: np.ndarray, axis: int, channels: int, per_channel: bool,
+              pow2: bool) -> np.ndarray:
+    """A requantizing scale putting about 40 output steps in one accumulator standard deviation, per
+    tensor or one per output channel (on `axis` of `acc`); a power of two when `pow2`."""
+    moved = np.moveaxis(acc.astype(np.float64), axis, 0).reshape(channels, -1)
+    std = moved.std(axis=1) if per_channel else np.full(channels, moved.std())
+    s = 40.0 / np.maximum(std, 1.0) * rng.uniform(0.7, 1.4, channels)
+    if pow2:
+        s = 2.0 ** np.round(np.log2(s))
+    s = s.astype(np.float32)
+    return s if per_channel else np.array(s[0], np.float32)
+
+
+# the convolutions ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Conv:
+    x: str  # element types
+    w: str
+    n: int  # batch
+    c: int  # input channels
+    hw: tuple[int, int]
+    m: int  # output channels
+    k: int  # kernel size
+    stride: int = 1
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: int = 1
+    groups: int = 1
+    wz_per_channel: bool = False
+    scale_per_channel: bool = False
+    bias: bool = False
+    bounds: str = ""  # "": the type's range; "relu": min = y_zero_point; "clip": [yz - 30, yz + 70]
+    pow2: bool = False  # a power-of-two scale
+    y: str = "ui8"  # the output type of qconv2d
+    single_zp: bool = False  # the per-channel zero point and scale shaped [1] instead of [M] or []
+
+    def attrs(self) -> dict[str, Any]:
+        return {"strides": [self.stride] * 2, "pads": list(self.pad), "dilations": [self.dilation] * 2,
+                "groups": self.groups}
+
+    def __str__(self) -> str:
+        parts = [f"{self.x}x{self.w}", f"n{self.n}c{self.c}h{self.hw[0]}w{self.hw[1]}", f"m{self.m}k{self.k}"]
+        parts += [f"s{self.stride}"] * (self.stride != 1)
+        parts += [f"p{''.join(map(str, self.pad))}"] * any(self.pad)
+        parts += [f"d{self.dilation}"] * (self.dilation != 1) + [f"g{self.groups}"] * (self.groups != 1)
+        parts += ["wzc"] * self.wz_per_channel + ["sc"] * self.scale_per_channel + ["bias"] * self.bias
+        parts += [self.bounds] * bool(self.bounds) + ["pow2"] * self.pow2 + [f"y{self.y}"]
+        return "-".join(parts + ["zp1"] * self.single_zp)
+
+
+CONVS = [
+    # 3x3 pad 1, ui8 x ui8, output width 13 (not a multiple of 16), batch 2, per-channel zero point
+    Conv("ui8", "ui8", 2, 4, (9, 13), 8, 3, pad=(1, 1, 1, 1), wz_per_channel=True, bias=True),
+    # i8 x i8 (symmetric weights: zero point 0 per channel), stride 2, per-channel scale, fused ReLU
+    Conv("i8", "i8", 1, 6, (11, 19), 16, 3, stride=2, pad=(1, 1, 1, 1), scale_per_channel=True,
+         bias=True, bounds="relu", y="i8"),
+    # ui8 activations, i8 weights (the usual quantize_static mix), 1x1, width 21, batch 2
+    Conv("ui8", "i8", 2, 16, (5, 21), 12, 1, scale_per_channel=True, wz_per_channel=True),
+    # i8 activations, ui8 weights, 5x5 asymmetric pads, a Clip's bounds
+    Conv("i8", "ui8", 1, 3, (12, 17), 4, 5, pad=(2, 1, 2, 3), bias=True, bounds="clip"),
+    # dilation 2, groups 2
+    Conv("ui8", "i8", 1, 8, (10, 18), 6, 3, pad=(2, 2, 2, 2), dilation=2, groups=2, bias=True,
+         scale_per_channel=True),
+    # depthwise 3x3 stride 2 (groups == channels), per-channel everything, ReLU, i8 output
+    Conv("ui8", "i8", 2, 12, (13, 15), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
+         scale_per_channel=True, bias=True, bounds="relu", y="i8"),
+    # depthwise 5x5 with a channel multiplier of 2 (groups = channels, 2 outputs a group), no padding
+    Conv("i8", "i8", 1, 4, (9, 20), 8, 5, groups=4, bias=True),
+    # a power-of-two scale, 3 output channels (one item does them all), i8 output
+    Conv("ui8", "ui8", 1, 2, (6, 11), 3, 3, pad=(1, 1, 1, 1), bias=True, pow2=True, y="i8"),
+    # per-channel operands of shape [1] (valid by the op's checks: dims[0] in (1, channels))
+    Conv("ui8", "i8", 1, 4, (6, 7), 8, 3, wz_per_channel=True, scale_per_channel=True, single_zp=True),
+    # channel lanes: groups of 20 outputs (a whole and a partial block of 16 lanes), per-channel everything
+    Conv("ui8", "i8", 1, 8, (9, 14), 40, 3, pad=(1, 1, 1, 1), groups=2, wz_per_channel=True,
+         scale_per_channel=True, bias=True),
+    # channel lanes with stride 2, dilation 2 and asymmetric pads, batch 2, a Clip's bounds
+    Conv("i8", "i8", 2, 5, (10, 12), 16, 3, stride=2, pad=(0, 1, 2, 1), dilation=2, bias=True, bounds="clip"),
+]
+
+
+def params(cases: list[Any]) -> list[Any]:
+    return [pytest.param(c, id=str(c)) for c in cases]
+
+
+INTEGER_CONVS = [CONVS[i] for i in (0, 2, 3, 4, 6, 8)]
+
+
+def conv_operands(case: Conv, rng: np.random.Generator) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """x, w, x_zero_point, w_zero_point."""
+    h, w = case.hw
+    x = ints(rng, (case.n, case.c, h, w), case.x)
+    wt = ints(rng, (case.m, case.c // case.groups, case.k, case.k), case.w)
+    xz = ints(rng, (), case.x, *((100, 160) if case.x == "ui8" else (-20, 20)))
+    if case.wz_per_channel:
+        shape = (1,) if case.single_zp else (case.m,)
+        wz = ints(rng, shape, case.w, *((100, 160) if case.w == "ui8" else (-10, 10)))
+    else:
+        wz = np.array(128 if case.w == "ui8" else 0, NP[case.w])
+    return [x, wt, xz, wz], case.attrs()
+
+
+@pytest.mark.parametrize("case", params(INTEGER_CONVS))
+def test_conv2d_integer(case: Conv) -> None:
+    inputs, attrs = conv_operands(case, rng_for("convi", str(case)))
+    check_op("conv2d_integer", inputs, attrs)
+
+
+def requant_operands(case: Any, rng: np.random.Generator, acc: np.ndarray, axis: int, channels: int,
+                     attrs: dict[str, Any]) -> list[np.ndarray]:
+    """scale, y_zero_point, bias? for qconv2d / qmatmul, with the bounds set in `attrs`."""
+    bias = None
+    if case.bias:
+        std = float(acc.std()) or 1.0
+        bias = rng.integers(-int(std), int(std) + 1, channels).astype(np.int32)
+        acc = acc + bias.reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
+    scale = calibrate(rng, acc, axis, channels, case.scale_per_channel, case.pow2)
+    if case.scale_per_channel and case.single_zp:
+        scale = scale[:1].copy()
+    mid = 128 if case.y == "ui8" else 0
+    yz = np.array(mid + int(rng.integers(-20, 21)), NP[case.y])
+    if case.bounds == "relu":
+        attrs["min"] = int(yz)
+    elif case.bounds == "clip":
+        attrs["min"], attrs["max"] = int(yz) - 30, int(yz) + 70
+    return [scale, yz] + ([bias] if bias is not None else [])
+
+
+@pytest.mark.parametrize("case", params(CONVS))
+def test_qconv2d(case: Conv) -> None:
+    rng = rng_for("qconv", str(case))
+    inputs, attrs = conv_operands(case, rng)
+    acc = reference("conv2d_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
+    assert_spread(reference("qconv2d", inputs, attrs), attrs, case.y)
+    check_op("qconv2d", inputs, attrs)
+
+
+# the matmuls -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Matmul:
+    a: str
+    b: str
+    ashape: tuple[int, ...]
+    bshape: tuple[int, ...]
+    bz_per_column: bool = False
+    scale_per_channel: bool = False
+    bias: bool = False
+    bounds: str = ""
+    pow2: bool = False
+    y: str = "ui8"
+    single_zp: bool = False
+
+    def __str__(self) -> str:
+        shapes = "@".join("x".join(map(str, s)) for s in (self.ashape, self.bshape))
+        parts = [f"{self.a}x{self.b}", shapes]
+        parts += ["bzc"] * self.bz_per_column + ["sc"] * self.scale_per_channel + ["bias"] * self.bias
+        parts += [self.bounds] * bool(self.bounds) + ["pow2"] * self.pow2 + [f"y{self.y}"]
+        return "-".join(parts + ["zp1"] * self.single_zp)
+
+
+MATMULS = [
+    # 2-D, ui8 x ui8, 17 columns (not a multiple of 16), per-column zero point and scale, bias
+    Matmul("ui8", "ui8", (6, 40), (40, 17), bz_per_column=True, scale_per_channel=True, bias=True),
+    # 2-D, ui8 x i8, 5 rows (odd: one row a work-item), a fused ReLU, i8 output
+    Matmul("ui8", "i8", (5, 33), (33, 24), bias=True, bounds="relu", y="i8"),
+    # batched 3-D x 2-D: b broadcast over a's batch
+    Matmul("i8", "i8", (2, 5, 7), (7, 9), bz_per_column=True, scale_per_channel=True, bounds="clip"),
+    # 4-D x 3-D: both batched, a's batch dim 1 broadcast against b's 3
+    Matmul("i8", "ui8", (2, 1, 4, 12), (3, 12, 10), bias=True, pow2=True),
+    # per-column operands of shape [1]
+    Matmul("ui8", "i8", (4, 16), (16, 12), bz_per_column=True, scale_per_channel=True, single_zp=True),
+]
+INTEGER_MATMULS = [MATMULS[i] for i in (0, 2, 3, 4)]
+
+
+def matmul_operands(case: Matmul, rng: np.random.Generator) -> list[np.ndarray]:
+    a, b = ints(rng, case.ashape, case.a), ints(rng, case.bshape, case.b)
+    az = ints(rng, (), case.a, *((100, 160) if case.a == "ui8" else (-20, 20)))
+    n = case.bshape[-1]
+    if case.bz_per_column:
+        shape = (1,) if case.single_zp else (n,)
+        bz = ints(rng, shape, case.b, *((100, 160) if case.b == "ui8" else (-10, 10)))
+    else:
+        bz = ints(rng, (), case.b, *((120, 136) if case.b == "ui8" else (-5, 5)))
+    return [a, b, az, bz]
+
+
+@pytest.mark.parametrize("case", params(INTEGER_MATMULS))
+def test_matmul_integer(case: Matmul) -> None:
+    check_op("matmul_integer", matmul_operands(case, rng_for("mmi", str(case))), {})
+
+
+@pytest.mark.parametrize("case", params(MATMULS))
+def test_qmatmul(case: Matmul) -> None:
+    rng = rng_for("qmm", str(case))
+    inputs = matmul_operands(case, rng)
+    attrs: dict[str, Any] = {}
+    acc = reference("matmul_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, -1, case.bshape[-1], attrs)
+    assert_spread(reference("qmatmul", inputs, attrs), attrs, case.y)
+    check_op("qmatmul", inputs, attrs)
+
+
+def assert_ties(acc: np.ndarray, scale: np.ndarray, yz: int) -> None:
+    """acc * scale + yz has exact .5 ties above and below zero, rounding both up and down."""
+    v = acc * scale.astype(np.float64) + yz
+    ties = v[v - np.floor(v) == 0.5]
+    assert np.any(ties > 0) and np.any(ties < 0), ties
+    assert len(set(np.floor(ties).astype(int) % 2)) == 2, ties  # some round up to even, some down
+
+
+def test_qmatmul_rounds_ties_to_even() -> None:
+    """acc * 0.5 (a column at 0.25) with small accumulators: many outputs are exact ties."""
+    rng = rng_for("qmm-ties")
+    a, b = ints(rng, (6, 5), "i8", -3, 3), ints(rng, (5, 20), "ui8", 125, 131)
+    scale = np.full(20, 0.5, np.float32)
+    scale[3] = 0.25
+    inputs = [a, b, np.array(0, np.int8), np.array(128, np.uint8), scale, np.array(3, np.int8)]
+    assert_ties(reference("matmul_integer", inputs[:4], {}), scale, 3)
+    check_op("qmatmul", inputs, {})
+
+
+def test_qconv2d_rounds_ties_to_even() -> None:
+    """Per-channel power-of-two scales on small accumulators, an odd output zero point and a bias."""
+    rng = rng_for("qconv-ties")
+    x, w = ints(rng, (1, 4, 5, 19), "ui8", 60, 68), ints(rng, (4, 4, 3, 3), "i8", -2, 2)
+    scale = np.array([0.5, 0.25, 0.5, 0.125], np.float32)
+    bias = np.array([1, -3, 0, 2], np.int32)
+    inputs = [x, w, np.array(64, np.uint8), np.array(0, np.int8), scale, np.array(-5, np.int8), bias]
+    attrs = {"pads": [1, 1, 1, 1]}
+    acc = reference("conv2d_integer", inputs[:4], attrs) + bias.reshape(-1, 1, 1)
+    assert_ties(acc, scale.reshape(-1, 1, 1), -5)
+    check_op("qconv2d", inputs, attrs)
+
+
+# quantize / dequantize --------------------------------------------------------------------------------------
+TIES = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -127.5, 3.4999998, -3.5000002], np.float32)
+"""x / scale for scale 1: ties round to even, the neighbours of a tie to the nearest."""
+
+
+def quant_x(rng: np.random.Generator, shape: tuple[int, ...], spread: float) -> np.ndarray:
+    """Values around the quantized range and past it on both sides, with ties (for a scale of 1 and powers
+    of two) and infinities in the first elements."""
+    x = rng.uniform(-spread, spread, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    specials = np.concatenate([TIES, [np.inf, -np.inf, 1e9, -1e9, 0.0, -0.0]]).astype(np.float32)
+    flat[: len(specials)] = specials[: flat.size]
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["i8", "ui8"])
+def test_quantize_per_tensor(dtype: str) -> None:
+    rng = rng_for("q", dtype)
+    x = quant_x(rng, (3, 37), 300.0)
+    zp = np.array(-3 if dtype == "i8" else 121, NP[dtype])
+    y = reference("quantize", [x, np.array(1.0, np.float32), zp], {})
+    lo, hi = int_range(dtype)
+    assert np.any(y == lo) and np.any(y == hi) and np.mean((y > lo) & (y < hi)) > 0.25
+    check_op("quantize", [x, np.array(1.0, np.float32), zp])
+    check_op("quantize", [x * np.float32(0.0123), np.array(0.0123, np.float32), zp])
+
+
+@pytest.mark.parametrize("dtype", ["i8", "ui8"])
+def test_quantize_per_axis(dtype: str) -> None:
+    """Scale and zero point [1, C, 1, 1]: powers of two (exact ties in every channel) and an ordinary
+    scale."""
+    rng = rng_for("qa", dtype)
+    scale = np.array([1.0, 0.25, 0.0078125, 0.0173], np.float32).reshape(1, 4, 1, 1)
+    x = rng.uniform(-300, 300, (2, 4, 3, 5)).astype(np.float32) * scale
+    x[0, :, 0, :] = TIES[:5] * scale[0, :, 0]  # exact products for the powers of two
+    x[1, :, 0, :] = TIES[5:] * scale[0, :, 0]
+    x[1, :, 2, :3] = [np.inf, -np.inf, -0.0]
+    mid = 0 if dtype == "i8" else 128
+    zp = (mid + np.array([0, -7, 5, 31])).astype(NP[dtype]).reshape(1, 4, 1, 1)
+    y = reference("quantize", [x, scale, zp], {})
+    lo, hi = int_range(dtype)
+    assert np.any(y == lo) and np.any(y == hi) and np.mean((y > lo) & (y < hi)) > 0.25
+    check_op("quantize", [x, scale, zp])
+
+
+@pytest.mark.parametrize("dtype", ["i8", "ui8"])
+def test_dequantize_per_tensor(dtype: str) -> None:
+    x = np.arange(*int_range(dtype), dtype=np.int64)
+    x = np.append(x, int_range(dtype)[1]).astype(NP[dtype]).reshape(16, 16)
+    zp = np.array(-5 if dtype == "i8" else 130, NP[dtype])
+    check_op("dequantize", [x, np.array(0.0123, np.float32), zp], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["i8", "ui8"])
+def test_dequantize_per_axis(dtype: str) -> None:
+    rng = rng_for("dqa", dtype)
+    x = ints(rng, (2, 3, 4, 7), dtype)
+    scale = np.array([0.0123, 0.25, 3.7e-3], np.float32).reshape(1, 3, 1, 1)
+    zp = ((0 if dtype == "i8" else 128) + np.array([0, -9, 17])).astype(NP[dtype]).reshape(1, 3, 1, 1)
+    check_op("dequantize", [x, scale, zp], rtol=0, atol=0)
