@@ -48,7 +48,8 @@ def float_mlp(seed: int = 0) -> onnx.ModelProto:
              _init(rng, "w2", [128, 32], 0.1), _init(rng, "b2", [32], 0.1)]
     node = helper.make_node
     nodes = [node("MatMul", ["x", "w1"], ["m1"]), node("Add", ["m1", "b1"], ["a1"]),
-             node("Relu", ["a1"], ["r1"]), node("MatMul", ["r1", "w2"], ["m2"]), node("Add", ["m2", "b2"], ["y"])]
+             node("Relu", ["a1"], ["r1"]), node("MatMul", ["r1", "w2"], ["m2"]),
+             node("Add", ["m2", "b2"], ["y"])]
     io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, MLP_INPUT)],
           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 32])])
     graph = helper.make_graph(nodes, "mlp", *io, inits)
