@@ -44,13 +44,18 @@ Examples:
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
               help="Make a dynamic ONNX input static (as tessel-import).")
 @click.option("--remarks-missed", is_flag=True, help="Print every refused fusion or layout change on stderr.")
+@click.option("--weight-precision", type=click.Choice(["f32", "f16", "bf16"]), default="f32",
+              show_default=True,
+              help="Store matmul and gemm weights in this precision (convert-precision: half the bytes for "
+                   "bandwidth-bound fully connected layers; results change by about 1e-3 relative).")
 @winograd_option
 @tuning_options
 @weights_options
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
-         input_shape: tuple[str, ...], remarks_missed: bool, no_winograd: bool, tuning_records: str | None,
+         input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str, no_winograd: bool,
+         tuning_records: str | None,
          remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:
     """Compile an ONNX model (or a .tsl module) to OpenCL in one step.
 
@@ -65,7 +70,7 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     categories = remark_categories(remarks)
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     module, _ = load_model(input, input_shape)
-    optimize(module, opt_level, remarks_missed)
+    optimize(module, opt_level, remarks_missed, weight_precision)
     if target == "opencl":
         lower_with_remarks(module, info, no_winograd, tuning, categories)
         verify_or_raise(module)
@@ -93,13 +98,14 @@ def load_model(input: str, input_shape: tuple[str, ...]) -> tuple[Any, bool]:
     return module, onnx
 
 
-def optimize(module: Any, opt_level: int, remarks_missed: bool = False) -> None:
-    """Run the -O pipeline on `module` in place; --remarks-missed prints the passes' refusals."""
+def optimize(module: Any, opt_level: int, remarks_missed: bool = False, weights: str = "f32") -> None:
+    """Run the -O pipeline on `module` in place (`weights`: the matmul / gemm weight precision);
+    --remarks-missed prints the passes' refusals."""
     from ..passes.manager import PassManager
-    from ..passes.pipeline import O_LEVELS, parse_pipeline
+    from ..passes.pipeline import level_pipeline, parse_pipeline
     from ..passes.remarks import RemarkFilter
 
-    pm = PassManager(parse_pipeline(O_LEVELS[opt_level]))
+    pm = PassManager(parse_pipeline(level_pipeline(opt_level, weights)))
     if remarks_missed:
         remark_filter = RemarkFilter(frozenset(), True)
         pm.ctx.on_remark = lambda r: sys.stderr.write(remark_filter.render(r) + "\n") if remark_filter.wants(

@@ -63,6 +63,9 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 @click.option("-o", "--output", metavar="FILE", help="Write the result here (atomically) instead of stdout.")
 @click.option("-O", "opt_level", type=click.IntRange(0, 3), metavar="N",
               help="Run the named pipeline -O0..-O3 (see --print-pipeline).")
+@click.option("--weight-precision", type=click.Choice(["f32", "f16", "bf16"]), default=None,
+              help="With -O: store matmul and gemm weights in this precision (convert-precision before "
+                   "fuse).")
 @click.option("--pass-pipeline", metavar="PIPELINE",
               help="Passes to run, e.g. 'canonicalize,fold-constants{size-limit=1024},cse'.")
 @click.option(
@@ -132,7 +135,8 @@ def _csv(values: tuple[str, ...]) -> set[str]:
 @debug_option
 @handle_errors
 @determinism_option
-def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: str | None,
+def main(input: str, output: str | None, opt_level: int | None, weight_precision: str | None,
+         pass_pipeline: str | None,
          print_pipeline: bool, list_passes: bool, load_pass_plugin: tuple[str, ...], verify_each: bool,
          print_ir_before: tuple[str, ...], print_ir_after: tuple[str, ...], print_ir_before_all: bool,
          print_ir_after_all: bool, print_ir_after_change: bool, print_ir_tree_dir: str | None,
@@ -148,7 +152,7 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
     Exit status: 0 ok, 1 bad input (file:line:col diagnostics on stderr), 2 usage, 3 internal error.
     """
     from ..passes.manager import Instrumentation, PassManager, get_pass, load_plugin, pass_names
-    from ..passes.pipeline import O_LEVELS, parse_pipeline, pipeline_spec
+    from ..passes.pipeline import O_LEVELS, level_pipeline, parse_pipeline, pipeline_spec
     from ..passes.remarks import CATEGORIES, RemarkFilter
     from ..passes.validate import Miscompile
 
@@ -181,7 +185,10 @@ def main(input: str, output: str | None, opt_level: int | None, pass_pipeline: s
         pass_pipeline = header["--pass-pipeline"]
         validate_each, seed, inputs = replay_checks(header, filename, validate_each, seed, inputs)
     check_validation_usage(validate_each, inputs, bisect, bisect_limit, split_input_file, verify_diagnostics)
-    pipeline_text = O_LEVELS[opt_level] if opt_level is not None else (pass_pipeline or "")
+    if weight_precision is not None and opt_level is None:
+        raise fail("--weight-precision goes with -O (in a --pass-pipeline, name convert-precision)", 2)
+    pipeline_text = (level_pipeline(opt_level, weight_precision or "f32") if opt_level is not None
+                     else (pass_pipeline or ""))
     parse_pipeline(pipeline_text)  # report a bad pipeline before reading any IR (or waiting on stdin)
     for flag, names in (("--print-ir-before", print_ir_before), ("--print-ir-after", print_ir_after)):
         for name in sorted(_csv(names)):

@@ -34,6 +34,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fold-constants": "tessel.passes.fold_constants",
     "fold-batchnorm": "tessel.passes.fold_batchnorm",
     "fold-qdq": "tessel.passes.fold_qdq",
+    "convert-precision": "tessel.passes.convert_precision",
     "fold-pad": "tessel.passes.fold_pad",
     "decompose-conv-transpose": "tessel.passes.decompose_conv_transpose",
     "cancel-transposes": "tessel.passes.cancel_transposes",

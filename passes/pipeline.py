@@ -26,6 +26,21 @@ O_LEVELS: dict[int, str] = {
 recognition, algebraic folding, NCHWc layout propagation and fusion; -O3 also recomputes cheap
 multi-use producers inside each consumer's kernel instead of storing them."""
 
+WEIGHT_PRECISIONS = ("f32", "f16", "bf16")
+
+
+def level_pipeline(level: int, weights: str = "f32") -> str:
+    """The -O`level` pipeline; with f16 / bf16 `weights`, convert-precision runs before fuse (after the
+    passes that fold into or merge weights), or last at -O1."""
+    text = O_LEVELS[level]
+    if weights == "f32":
+        return text
+    step = f"convert-precision{{weights={weights}}}"
+    if ",fuse" in text:
+        return text.replace(",fuse", f",{step},fuse", 1)
+    return f"{text},{step}" if text else step
+
+
 _ELEMENT = re.compile(r"\s*([a-z0-9][a-z0-9\-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..ir.core import Op
 
-CATEGORIES = ("fusion", "layout", "algebraic", "pattern", "memory", "cleanup", "quantization")
+CATEGORIES = ("fusion", "layout", "algebraic", "pattern", "memory", "cleanup", "quantization", "precision")
 
 
 @dataclass

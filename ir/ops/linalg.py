@@ -28,8 +28,13 @@ def _fmt(d: Dim) -> str:
     return "?" if d is None else str(d)
 
 
+HALF_WEIGHTS = ("f16", "bf16")
+"""B's types beside an f32 A: weights stored in half precision (convert-precision), widened to f32."""
+
+
 def _numeric_pair(a: TensorType, b: TensorType) -> None:
-    check(a.dtype == b.dtype, f"operand element types differ: {a.dtype} vs {b.dtype}")
+    check(a.dtype == b.dtype or (a.dtype == "f32" and b.dtype in HALF_WEIGHTS),
+          f"operand element types differ: {a.dtype} vs {b.dtype}")
     check(a.dtype != "i1", f"operands must be numeric, got {a}")
 
 

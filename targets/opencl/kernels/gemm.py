@@ -71,6 +71,31 @@ def vload(cols: int, ptr: str) -> str:
     return f"*({ptr})" if cols == 1 else f"vload{cols}(0, {ptr})"
 
 
+B_STORAGE = {"f32": "float", "f16": "half", "bf16": "ushort"}
+"""The C type B is stored as: half-precision weights are widened to float on load (vload_half is core
+OpenCL, needing no cl_khr_fp16; bf16 is the high half of a float)."""
+
+
+def load_b(dtype: str, cols: int, ptr: str) -> str:
+    """`cols` floats of B at `ptr` (a pointer to its storage type)."""
+    if dtype == "f16":
+        return f"vload_half(0, {ptr})" if cols == 1 else f"vload_half{cols}(0, {ptr})"
+    if dtype == "bf16":
+        return (f"as_float((uint)(*({ptr})) << 16)" if cols == 1
+                else f"as_float{cols}(convert_uint{cols}(vload{cols}(0, {ptr})) << 16)")
+    return vload(cols, ptr)
+
+
+def check_operands(op: str, ctx: Ctx, *types: TensorType) -> None:
+    """f32 throughout, except B (operand 1) may be f16 / bf16 weights: a constant (packed at load time)."""
+    b = ctx.operands[1]
+    if b.dtype in ("f16", "bf16"):
+        if not ctx.is_constant(1):
+            raise NotLowerable(f"'{op}' takes {b.dtype} B only as constant weights")
+        types = tuple(t for t in types if t is not b)
+    check_float32(op, *types)
+
+
 def pick_local(groups_total: int, want: int = 4, min_groups: int = 16) -> int:
     local = want
     while local > 1 and (groups_total % local or groups_total // local < min_groups):
@@ -139,6 +164,7 @@ class Gemm:
     rows: int
     cols: int
     a_mode: str = "panel"  # how A is read: "panel" | "rows" | "cols" (see the module docstring)
+    b_type: str = "f32"  # B's storage: f32, or f16 / bf16 weights widened to float as they are loaded
     a_norm: ANorm | None = None  # A's rows normalized as they are read (mode "rows" only)
 
     @property
@@ -247,7 +273,8 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
     vt = vtype(c)
     # independent accumulator sets over k when few rows leave the FMA chain latency-bound (GEMV)
     ksplit = 4 if r == 1 else 2 if r <= 3 else 1
-    ins = ["__global const float* restrict A", "__global const float* restrict B"]
+    bt = B_STORAGE[g.b_type]
+    ins = ["__global const float* restrict A", f"__global const {bt}* restrict B"]
     ins += [f"__global const float* restrict in{i}" for i in range(2, n_inputs)]
     outs = ([f"__global float* restrict Y{j}" for j in range(len(tail.split))] if tail.split
             else ["__global float* restrict Y"])
@@ -264,7 +291,7 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
              *a_pointers(g),
              *(row_stats(g) if tail.rows else [])]  # once for every column block the work-item does
     head = len(lines)
-    lines.append(f"    const __global float* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
+    lines.append(f"    const __global {bt}* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
                  f" + nb * {k * c};")
     accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
     for s in range(ksplit):
@@ -276,7 +303,7 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
             lines.append(f"    {vt} cb = 0.0f;  // sum_k bias[k] * B[k, n]")
 
     def step(s: int, kk: str) -> list[str]:
-        out = [f"        const {vt} b{s} = {vload(c, f'bp + ({kk}) * {c}')};"]
+        out = [f"        const {vt} b{s} = {load_b(g.b_type, c, f'bp + ({kk}) * {c}')};"]
         if g.a_mode == "panel":
             out.append(f"        const __global float* a{s} = a + ({kk}) * {r};")
         bv = f"b{s}"
@@ -514,7 +541,7 @@ def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAI
                  a_norm: ANorm | None = None) -> Lowered:
     """numpy matmul: batch dims broadcast; a 1-D A is one row, a 1-D B one column."""
     a, b = ctx.operands
-    check_float32("matmul", a, b, *ctx.results)
+    check_operands("matmul", ctx, a, b, *ctx.results)
     ad = a.dims if a.rank >= 2 else (1, a.dims[0])
     bd = b.dims if b.rank >= 2 else (b.dims[0], 1)
     (m, k), n = ad[-2:], bd[-1]
@@ -526,7 +553,7 @@ def lower_matmul(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAI
         # [I, 4H]: 32 GEMVs at 45 GFLOP/s before)
         m, ab, batch = m * math.prod(ab), (), ()
     rows, cols = tile_params(ctx, m, n, tail.split)
-    g = Gemm(batch, (), (), m, k, n, rows, cols, a_norm=a_norm)
+    g = Gemm(batch, (), (), m, k, n, rows, cols, a_norm=a_norm, b_type=b.dtype)
     g.b_batch_strides = aligned_strides(batch, bb, g.nb * k * cols)
     return lower_contraction(ctx, g, a_batch=ab, trans_a=False, trans_b=False, b_rank=max(2, b.rank),
                              bias=None, epilogue=epilogue, tail=tail)
@@ -541,12 +568,12 @@ def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL,
                a_norm: ANorm | None = None) -> Lowered:
     """alpha * op(A) @ op(B) + beta * C, C broadcast to [M, N], applied in the epilogue."""
     a, b = ctx.operands[:2]
-    check_float32("gemm", *ctx.operands, *ctx.results)
+    check_operands("gemm", ctx, *ctx.operands, *ctx.results)
     ta, tb = bool(ctx.attr("trans_a")), bool(ctx.attr("trans_b"))
     m, k = reversed(a.dims) if ta else a.dims
     n = b.dims[0] if tb else b.dims[1]
     rows, cols = tile_params(ctx, m, n, tail.split)
-    g = Gemm((), (), (), m, k, n, rows, cols, a_norm=a_norm)
+    g = Gemm((), (), (), m, k, n, rows, cols, a_norm=a_norm, b_type=b.dtype)
     alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
     c = ctx.operands[2] if len(ctx.operands) > 2 else None
 
