@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-resources conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -71,6 +71,11 @@ bench-zoo: setup $(BENCH_STAMP)
 TUNE_BUDGET ?= 60
 bench-tune: setup $(BENCH_STAMP)
 	$(BIN)/python bench/tune_bench.py --budget $(TUNE_BUDGET) $(if $(MODELS),--models $(MODELS))
+
+# int8 models (quantize_static QDQ CNNs, quantize_dynamic transformers; cached in bench/zoo/models/int8/)
+# against onnxruntime on the same int8 models and tessel's float32, then f16 weights on the FC-heavy nets.
+bench-quant: setup $(BENCH_STAMP)
+	$(BIN)/python bench/quant_bench.py $(if $(MODELS),--models $(MODELS))
 
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py
