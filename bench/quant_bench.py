@@ -158,7 +158,8 @@ def int8_row(name: str, args: argparse.Namespace) -> dict:
         "max_steps": round(diff / step, 3) if step else None,
         "max_rel": round(diff / spread, 6),
         "equal_share": round(float(np.mean(got == want)), 4),
-        "top1_same": bool(np.argmax(got.reshape(len(got), -1)[0]) == np.argmax(want.reshape(len(want), -1)[0])),
+        "top1_same": bool(np.argmax(got.reshape(len(got), -1)[0])
+                          == np.argmax(want.reshape(len(want), -1)[0])),
         "integer_ops": sum(n in ("qconv2d", "qmatmul", "matmul_integer", "conv2d_integer") for n in names),
         "float_contractions": sum(n in ("conv2d", "matmul", "gemm") for n in names),
     }
