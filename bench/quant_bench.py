@@ -63,6 +63,11 @@ def quantized(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -
     if out.exists():
         return onnx.load(str(out))
     src = CACHE / f"{name}.f32.onnx"
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if opset < 13:  # per-channel DequantizeLinear (its axis) needs opset 13
+        from onnx import version_converter
+
+        model = version_converter.convert_version(model, 13)
     onnx.save(model, str(src))
     if name in DYNAMIC:
         quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)

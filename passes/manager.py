@@ -35,6 +35,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fold-batchnorm": "tessel.passes.fold_batchnorm",
     "fold-qdq": "tessel.passes.fold_qdq",
     "convert-precision": "tessel.passes.convert_precision",
+    "emulate-f16": "tessel.passes.emulate_f16",
     "fold-pad": "tessel.passes.fold_pad",
     "decompose-conv-transpose": "tessel.passes.decompose_conv_transpose",
     "cancel-transposes": "tessel.passes.cancel_transposes",

@@ -26,6 +26,7 @@ from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.types import TensorType
 from ...passes.analysis import op_cost, region_ops
+from ...passes.emulate_f16 import emulate_block
 from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .device import preamble
@@ -38,7 +39,8 @@ VIEW_OPS = ("reshape", "identity")
 HOST_OPS = ("const",)
 HALF_WEIGHT_OPS = ("gemm", "matmul", "kernel")
 """Ops whose templates take constant f16 weights on a device without cl_khr_fp16 (stored as half, read
-with vload_half); for the others an f16 operand needs the extension."""
+with vload_half); besides them only `cast` (to and from f32, elementwise.half_cast) touches f16 there:
+emulate-f16 has put every other f16 op between such casts."""
 NOT_LABELS = ("const", "pack", "unpack", "winograd_filter", "winograd_unfilter")  # not in a kernel's name
 
 
@@ -109,6 +111,8 @@ def lower_func(module: Module, func: Func, info: DeviceInfo,
                schedule: dict[str, Any] | None = None, tuning: Tuning | None = None) -> list[tuple[Op, str]]:
     st = _State(info, dict(schedule or {}), tuning=tuning)
     block = func.block
+    if not info.fp16:  # f16 arithmetic in f32 between casts: half storage, float compute
+        emulate_block(block, module)
     old = list(block.ops)
     for op in old:
         block.remove(op)
@@ -224,7 +228,7 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
             if not t.is_static:
                 raise NotLowerable(f"dynamic shape {t}")
             weights = op.name in HALF_WEIGHT_OPS and v is not None and id(v) in st.constant
-            if t.dtype == "f16" and not st.info.fp16 and not weights:
+            if t.dtype == "f16" and not st.info.fp16 and not weights and op.name != "cast":
                 raise NotLowerable("the device has no cl_khr_fp16 for f16")
         sig = op_sig(op, module.resources)
         ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands), dict(st.schedule),

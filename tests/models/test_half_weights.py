@@ -1,4 +1,5 @@
-"""Half-precision weights (`--weight-precision`, the convert-precision pass) on whole models.
+"""Half precision on whole models: f16 / bf16 weights (`--weight-precision`, convert-precision) and float16
+models (emulate-f16 on OpenCL).
 
 The MLP of tests/models/quantized.py and the light models' fully connected nets at -O2 with f16 and bf16
 matmul / gemm weights: OpenCL must match the numpy reference running the same converted module (the
@@ -58,3 +59,24 @@ def test_fc_heavy_light_model_with_f16_weights(name: str) -> None:
     model = randomize_weights(onnx.load(path), seed=0)
     x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
     _check(model, x, "f16")
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_float16_model_matches_onnxruntime(target: str) -> None:
+    """The CNN of quantized.py converted to float16 (onnxruntime's converter: f16 weights, activations,
+    inputs and outputs) within f16 tolerance of onnxruntime running it; on OpenCL without cl_khr_fp16 it
+    computes in f32 between half-precision tensors (emulate-f16)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from .quantized import CNN_INPUT, float_cnn
+    from .test_quantized import _ort
+
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL device")
+    model = convert_float_to_float16(float_cnn(), keep_io_types=False)
+    x = np.random.default_rng(2).standard_normal(CNN_INPUT).astype(np.float16)
+    want = _ort(model, x)
+    got = _run(model, x, target, "f32")
+    assert got.dtype == np.float16
+    assert np.abs(got.astype(np.float32) - want).max() <= 1e-2 * np.abs(want).max()
+    assert np.argmax(got) == np.argmax(want)

@@ -479,7 +479,39 @@ def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
 @template(*RULES)
 def elementwise(ctx: Ctx) -> Lowered:
     """Every op of `RULES`: one kernel over the (broadcast) output."""
+    half = "f16" in (ctx.operands[0].dtype, ctx.results[0].dtype)
+    if ctx.op_name == "cast" and half and not ctx.device.fp16:
+        return half_cast(ctx)
     _check_types(ctx)
     _rule(ctx.op_name, ctx.sig)
     launch, schedule = kernel(ctx)
     return Lowered([launch], schedule=dict(schedule))
+
+
+def half_cast(ctx: Ctx) -> Lowered:
+    """A cast between f16 and f32 on a device without cl_khr_fp16: half storage read with vload_half and
+    written with vstore_half_rte (round to nearest even, as numpy), 16 elements a work-item."""
+    src, dst = ctx.operands[0], ctx.results[0]
+    require_static(src, dst)
+    if {src.dtype, dst.dtype} - {"f16", "f32"}:
+        raise NotLowerable(f"a cast from {src.dtype} to {dst.dtype} on a device without cl_khr_fp16 goes "
+                           "through f32")
+    n = dst.numel
+    it = index_type(src, dst)
+    if src.dtype == dst.dtype:
+        body = "out0[i] = in0[i];"
+        types = ("ushort", "ushort")
+    elif src.dtype == "f16":
+        body = "out0[i] = vload_half(i, in0);"
+        types = ("half", "float")
+    else:
+        body = "vstore_half_rte(in0[i], i, out0);"
+        types = ("float", "half")
+    k = launch_1d(n, 16)
+    k.source = f"""// cast {src} -> {dst}
+__kernel void KERNEL(__global const {types[0]}* restrict in0, __global {types[1]}* restrict out0) {{
+    const {it} first = ({it})get_global_id(0) * 16;
+    for ({it} i = first; i < first + 16 && i < {n}; ++i) {body}
+}}
+"""
+    return Lowered([k])

@@ -1,0 +1,146 @@
+"""emulate-f16: compute f16 ops in f32, keeping f16 storage between them (as MLIR's
+arith-emulate-unsupported-floats does for its source types).
+
+Each op that reads or writes f16 (other than a `cast` between f16 and f32) is rewritten to read `cast`s of
+its f16 operands to f32 (an f16 constant becomes an f32 constant instead), compute in f32, and give
+`cast`s of its results back to f16, so every value another op or the func's caller sees keeps its f16
+type and bytes. A `kernel` region with f16 values is inlined first (its ops emulated one by one, so the
+result is rounded to f16 after every op, as the numpy reference computes it). Rounding each op's f32
+result to f16 is what f16 arithmetic does for + - * / and sqrt (f32 carries more than twice f16's 11
+bits), and within f16 tolerance for the rest.
+
+The OpenCL lowering runs this for devices without cl_khr_fp16 (PoCL here), after fusion, so an f16 model
+runs there with half storage and float compute; run it before `fuse` (`tessel-opt ... emulate-f16,fuse`)
+to have each cast -> op -> cast chain fuse into one kernel. Left alone: matmul and gemm whose f16
+operand is their constant B with an f32 A (half-precision weights, which the gemm template reads as
+they are), and ops whose f16 values are not tensors of numbers (none today).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.core import Block, Module, Op, Value
+from ..ir.types import TensorType
+from .common import const_array, const_op, make_const_attr
+from .manager import Pass, PassContext
+
+F16 = "f16"
+PASS_THROUGH = ("const", "return", "yield")
+
+
+def _has_f16(op: Op) -> bool:
+    return any(t.dtype == F16 for t in [*op.operand_types, *op.result_types])
+
+
+def _half_weights(op: Op) -> bool:
+    """A matmul / gemm reading f16 constant weights with an f32 A: its template takes them as they are."""
+    if op.name not in ("matmul", "gemm") or op.operand_types[0].dtype != "f32":
+        return False
+    b = op.operands[1]
+    return (b.type.dtype == F16 and b.op is not None and b.op.name == "const"
+            and all(t.dtype != F16 for i, t in enumerate(op.operand_types) if i != 1)
+            and all(t.dtype != F16 for t in op.result_types))
+
+
+def _is_f16_f32_cast(op: Op) -> bool:
+    if op.name != "cast":
+        return False
+    pair = {op.operand_types[0].dtype, op.result_types[0].dtype}
+    return pair == {F16, "f32"} or pair == {F16}
+
+
+def _widen(t: TensorType) -> TensorType:
+    return t.with_dtype("f32") if t.dtype == F16 else t
+
+
+def emulate_block(block: Block, module: Module) -> int:
+    """Rewrite the f16 ops of `block`, a `kernel` region with f16 values first inlined (its ops become
+    top-level ops of `block`, each emulated alone); returns how many ops were rewritten."""
+    for op in list(block.ops):
+        if op.name == "kernel" and _region_has_f16(op):
+            _inline(block, op)
+    n = 0
+    widened: dict[int, Value] = {}  # an f16 value -> its f32 cast (or constant), made once
+    for op in list(block.ops):
+        if op.name in PASS_THROUGH or _is_f16_f32_cast(op) or _half_weights(op) or not _has_f16(op):
+            continue
+        for i, v in enumerate(op.operands):
+            if v.type.dtype == F16:
+                if id(v) not in widened:
+                    widened[id(v)] = _to_f32(block, op, v, module)
+                op.set_operand(i, widened[id(v)])
+        for r in op.results:
+            if r.type.dtype != F16:
+                continue
+            r.type = _widen(r.type)
+            users = list(r.users)
+            back = Op("cast", [r], [r.type.with_dtype(F16)], {"to": F16}, loc=op.loc, pos=op.pos)
+            block.insert_after(op, back)
+            back.result.name, r.name = r.name, None  # the f16 value keeps the name its readers know
+            for u in users:
+                for j, o in enumerate(u.operands):
+                    if o is r:
+                        u.set_operand(j, back.result)
+        n += 1
+    for op in list(block.ops):  # f16 constants whose readers now read their f32 copies
+        if op.name == "const" and op.results[0].type.dtype == F16 and not op.results[0].uses:
+            block.remove(op)
+    return n
+
+
+def _region_has_f16(op: Op) -> bool:
+    return _has_f16(op) or any(_has_f16(o) for r in op.regions for b in r.blocks for o in b.ops)
+
+
+def _inline(block: Block, kernel: Op) -> None:
+    """Move a `kernel` op's body before it (block arguments replaced by its operands) and replace its
+    results by the yielded values: f16 rounding then happens after every op, as the reference does it,
+    not only at the region's edges."""
+    body = kernel.regions[0].blocks[0]
+    args = {id(a): v for a, v in zip(body.args, kernel.operands, strict=True)}
+    yielded: list[Value] = []
+    for op in list(body.ops):
+        body.remove(op)
+        if op.name == "yield":
+            yielded = [args.get(id(v), v) for v in op.operands]
+            op.drop_operands()
+            continue
+        for i, v in enumerate(op.operands):
+            if id(v) in args:
+                op.set_operand(i, args[id(v)])
+        block.insert_before(kernel, op)
+    for r, v in zip(kernel.results, yielded, strict=True):
+        v.name = v.name or r.name
+        r.replace_all_uses_with(v)
+    kernel.drop_operands()
+    block.remove(kernel)
+
+
+def _to_f32(block: Block, op: Op, v: Value, module: Module) -> Value:
+    """`v` (f16) as f32 before `op`: an f32 constant for a constant, else a cast."""
+    arr = const_array(v, module) if v.op is not None and v.op.name == "const" else None
+    t = _widen(v.type)
+    if arr is not None:
+        c = const_op(v.op.loc, make_const_attr(np.asarray(arr, np.float32), t, module, "widened"))  # type: ignore[union-attr]
+    else:
+        c = Op("cast", [v], [t], {"to": "f32"}, loc=op.loc, pos=op.pos)
+    block.insert_before(op, c)
+    return c.results[0]
+
+
+@dataclass
+class EmulateF16(Pass):
+    """Compute f16 ops in f32 between casts, keeping f16 storage (for devices without f16 arithmetic)."""
+
+    NAME = "emulate-f16"
+    STATISTICS = {"num-emulated": "Number of f16 ops computed in f32"}
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        for func in module.funcs:
+            self.stat("num-emulated", emulate_block(func.block, module))
+
+
+PASS = EmulateF16
