@@ -169,13 +169,15 @@ def tuning_options(f: Callable) -> Callable:
 REMARK_CATEGORIES = ("tuning", "fusion")
 
 
-def remark_categories(text: str, missed: bool = False) -> frozenset[str]:
-    """The categories of --remarks (and --remarks-missed, which is 'fusion')."""
+def remark_categories(text: str, missed: bool = False, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    """The categories of --remarks (and --remarks-missed, which is 'fusion'); `extra`: the passes'
+    categories, for a tool that runs a pipeline too (tessel compile)."""
     names = {c.strip() for c in text.split(",") if c.strip()}
-    bad = sorted(names - set(REMARK_CATEGORIES))
+    known = (*REMARK_CATEGORIES, *extra)
+    bad = sorted(names - set(known))
     if bad:
         raise fail(f"--remarks: unknown categor{'ies' if len(bad) > 1 else 'y'} {', '.join(bad)} (expected "
-                   f"{' or '.join(REMARK_CATEGORIES)})", 2)
+                   f"{', '.join(known[:-1])} or {known[-1]})", 2)
     return frozenset(names | ({"fusion"} if missed else set()))
 
 

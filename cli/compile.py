@@ -67,10 +67,12 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     from .codegen import codegen_device, lower_with_remarks
     from .opt import write_modules
 
-    categories = remark_categories(remarks)
+    from ..passes.remarks import CATEGORIES
+
+    categories = remark_categories(remarks, extra=tuple(c for c in CATEGORIES if c != "fusion"))
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     module, _ = load_model(input, input_shape)
-    optimize(module, opt_level, remarks_missed, weight_precision)
+    optimize(module, opt_level, remarks_missed, weight_precision, categories)
     if target == "opencl":
         lower_with_remarks(module, info, no_winograd, tuning, categories)
         verify_or_raise(module)
@@ -98,16 +100,18 @@ def load_model(input: str, input_shape: tuple[str, ...]) -> tuple[Any, bool]:
     return module, onnx
 
 
-def optimize(module: Any, opt_level: int, remarks_missed: bool = False, weights: str = "f32") -> None:
-    """Run the -O pipeline on `module` in place (`weights`: the matmul / gemm weight precision);
-    --remarks-missed prints the passes' refusals."""
+def optimize(module: Any, opt_level: int, remarks_missed: bool = False, weights: str = "f32",
+             categories: frozenset[str] = frozenset()) -> None:
+    """Run the -O pipeline on `module` in place (`weights`: the matmul / gemm weight precision); the
+    passes' remarks of `categories` are printed, and with --remarks-missed every refusal."""
     from ..passes.manager import PassManager
     from ..passes.pipeline import level_pipeline, parse_pipeline
     from ..passes.remarks import RemarkFilter
 
     pm = PassManager(parse_pipeline(level_pipeline(opt_level, weights)))
-    if remarks_missed:
-        remark_filter = RemarkFilter(frozenset(), True)
+    cats = frozenset(categories - {"tuning"})
+    if remarks_missed or cats:
+        remark_filter = RemarkFilter(cats, remarks_missed)
         pm.ctx.on_remark = lambda r: sys.stderr.write(remark_filter.render(r) + "\n") if remark_filter.wants(
             r) else None
     pm.run(module)
