@@ -64,10 +64,9 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     Exit status: 0 ok, 1 bad input, 2 usage, 3 internal error.
     """
     from ..ir.verifier import verify_or_raise
+    from ..passes.remarks import CATEGORIES
     from .codegen import codegen_device, lower_with_remarks
     from .opt import write_modules
-
-    from ..passes.remarks import CATEGORIES
 
     categories = remark_categories(remarks, extra=tuple(c for c in CATEGORIES if c != "fusion"))
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
