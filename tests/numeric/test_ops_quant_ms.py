@@ -89,15 +89,16 @@ def test_qlinear_unary(op: str, attrs: dict) -> None:
 def test_qgemm(trans_b: int, quantized_out: bool) -> None:
     k, n = 16, 10
     w = rng.integers(-100, 100, (n, k) if trans_b else (k, n), dtype=np.int8)
-    inits = {"as": SCALES["as"], "az": SCALES["az"], "w": w, "ws": np.linspace(0.01, 0.02, n, dtype=np.float32),
-             "wz": np.zeros(n, np.int8), "c": rng.integers(-500, 500, n, dtype=np.int32),
+    inits = {"as": SCALES["as"], "az": SCALES["az"], "w": w,
+             "ws": np.linspace(0.01, 0.02, n, dtype=np.float32), "wz": np.zeros(n, np.int8),
+             "c": rng.integers(-500, 500, n, dtype=np.int32),
              "ys": np.array(0.5, np.float32), "yz": SCALES["yz"]}
     outs = ["ys", "yz"] if quantized_out else []
     node = helper.make_node("QGemm", ["a", "as", "az", "w", "ws", "wz", "c", *outs], ["y"], transB=trans_b,
                             domain=MS)
     feeds = {"a": _u8(3, k)}
-    model = _model(node, feeds, inits if quantized_out else {k2: v for k2, v in inits.items() if k2 not in outs},
-                   [3, n], TensorProto.UINT8 if quantized_out else TensorProto.FLOAT)
+    used = inits if quantized_out else {k2: v for k2, v in inits.items() if k2 not in ("ys", "yz")}
+    model = _model(node, feeds, used, [3, n], TensorProto.UINT8 if quantized_out else TensorProto.FLOAT)
     if quantized_out:
         _check(model, feeds)
     else:
