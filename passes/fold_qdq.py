@@ -16,9 +16,10 @@ a `dequantize` of its 8-bit inputs and a `quantize` of its output. This pass rew
 - quantize(dequantize(x, s, z), s, z) is x.
 
 Elementwise ops between dequantize and quantize (a residual `add`, a sigmoid) stay in float: `fuse` makes
-each such chain one kernel that reads and writes 8-bit values. A `quantize` of a conv2d, matmul or gemm
-the pass cannot fold gets a missed remark (category `quantization`) saying why: `not-dequantized` (an
-operand does not come from a dequantize), `not-constant` (a scale or zero point is not a constant),
+each such chain one kernel that reads and writes 8-bit values; they, and other ops that stay in float
+there (a max pool), get a missed remark `float-op`. A `quantize` of a conv2d, matmul or gemm the pass
+cannot fold gets a missed remark (category `quantization`) saying why: `not-dequantized` (an operand does
+not come from a dequantize), `not-constant` (a scale or zero point is not a constant),
 `per-channel` (a scale that is not per tensor, or a weight scale not along the output channels),
 `multi-use` (the float result has other users), `attributes` (gemm's alpha, beta or trans_a), `dtype`
 (not 8-bit).
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.core import Module, Op, Value, fuse_locs
+from ..ir.ops.registry import get_op
 from ..ir.types import TensorType
 from .common import Refusal, const_array, const_op, make_const_attr
 from .manager import Pass, PassContext
@@ -108,12 +110,22 @@ class Folder:
             return self.movement(q, out, p, rw)
         lo, hi, contraction = self.bounds(p, out)
         if contraction is None or contraction.name not in CONTRACTIONS:
+            self.float_op(p)
             return False
         found = self.contraction(q, out, contraction, p if p is not contraction else None, lo, hi, rw)
         if isinstance(found, Refusal):
             self.missed(contraction, found, f"'{contraction.name}'")
             return False
         return True
+
+    def float_op(self, p: Op) -> None:
+        """A missed remark for an op between dequantizes and a quantize that stays in float."""
+        if not any(v.op is not None and v.op.name == "dequantize" for v in p.operands):
+            return
+        opdef = get_op(p.name)
+        how = ("fuse makes the chain one kernel on the 8-bit values" if opdef is not None
+               and opdef.has("elementwise") else "it has no integer form here")
+        self.missed(p, Refusal("float-op", how), f"'{p.name}' between dequantize and quantize")
 
     def identity(self, q: Op, out: Quant, dq: Op, rw: Rewriter) -> bool:
         inp = self.params(dq, "dequantize")
