@@ -130,6 +130,8 @@ CONVS = [
     # channel lanes: groups of 20 outputs (a whole and a partial block of 16 lanes), per-channel everything
     Conv("ui8", "i8", 1, 8, (9, 14), 40, 3, pad=(1, 1, 1, 1), groups=2, wz_per_channel=True,
          scale_per_channel=True, bias=True),
+    # channel lanes reading x directly (no padding, stride 1): 3x3, a row of 19 (a partial last block)
+    Conv("ui8", "i8", 1, 6, (7, 19), 16, 3, wz_per_channel=True, bias=True),
     # channel lanes with stride 2, dilation 2 and asymmetric pads, batch 2, a Clip's bounds
     Conv("i8", "i8", 2, 5, (10, 12), 16, 3, stride=2, pad=(0, 1, 2, 1), dilation=2, bias=True, bounds="clip"),
 ]

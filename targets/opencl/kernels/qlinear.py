@@ -197,6 +197,17 @@ def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
     geo = _geo(ctx, px)
     gb = math.ceil(og / lanes)  # lane blocks of a group
     vi = f"int{lanes}"
+    # unpadded stride 1 (1x1 convs above all): read x itself, its zero point out at the end through the
+    # weights' sums, sum (x - xz) w = sum x w - xz sum w; columns past the row's end read its last one
+    direct = geo.sh == geo.sw == 1 and not any(ctx.attr("pads"))
+    row = geo.wd if direct else geo.wp
+    plane = geo.h * geo.wd if direct else geo.plane
+
+    def tap(ky: int, kx: int) -> int:
+        return ky * geo.dh * geo.wd + kx * geo.dw if direct else geo.tap(ky, kx)
+
+    def col(p: int) -> str:
+        return f"c{p}" if direct else str(p)
     wzv = (f"({vi})((int)in3[0])" if wz.numel == 1
            else f"convert_{vi}(vload{lanes}(0, in3 + oc0))" if og % lanes == 0
            else f"(({vi})(" + ", ".join(f"(int)in3[min(oc0 + {j}, {w.dims[0] - 1})]" for j in range(lanes))
@@ -205,39 +216,48 @@ def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
     for ky in range(geo.kh):
         for kx in range(geo.kw):
             t = (ky * geo.kw + kx) * lanes
-            macs = "\n".join(f"            a{p} += ({vi})(xr[{geo.tap(ky, kx) + p}]) * wv;"
+            macs = "\n".join(f"            a{p} += ({vi})((int)xr[{tap(ky, kx)} + {col(p)}]) * wv;"
                               for p in range(px))
+            wsum = "\n            ws += wv;" if direct else ""
             taps.append(f"""        {{
-            const {vi} wv = convert_{vi}(vload{lanes}(0, wc + {t})) - wz;
+            const {vi} wv = convert_{vi}(vload{lanes}(0, wc + {t})) - wz;{wsum}
 {macs}
         }}""")
     accs = "\n".join(f"    {vi} a{p} = 0;" for p in range(px))
     per_lane = og % lanes == 0
     stores = []
     for p in range(px):
-        val = _requant(ctx, f"a{p}", "oc0", lanes, per_lane=True) if per_lane or _all_scalar(ctx) \
-            else _requant_lanes(ctx, f"a{p}", lanes, w.dims[0], "oc0")
+        acc = f"(a{p} - xz * ws)" if direct else f"a{p}"
+        val = _requant(ctx, acc, "oc0", lanes, per_lane=True) if per_lane or _all_scalar(ctx) \
+            else _requant_lanes(ctx, acc, lanes, w.dims[0], "oc0")
         stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
         const {ctype(y)}{lanes} v = {val};
         for (int j = 0; j < nch; ++j)
             out0[((b * {geo.m} + oc0 + j) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}] = v[j];
     }}""")
+    xt = ctype(x) if direct else "int"
+    xin = "in0" if direct else "tmp0"
+    first = f"__global const {xt}* restrict {xin}"
+    extra = ""
+    if direct:
+        extra = (f"    const int xz = in2[0];\n    {vi} ws = 0;\n"
+                 + "".join(f"    const int c{p} = min(ox0 + {p}, {geo.wo - 1}) - ox0;\n" for p in range(px)))
     src = f"""// {ctx.op_name}: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {g}
-// {lanes} channels (lanes) x {px} columns an item
-__kernel void KERNEL({_params(ctx, "__global const int* restrict tmp0")}) {{
+// {lanes} channels (lanes) x {px} columns an item{"; x read as it is" if direct else ""}
+__kernel void KERNEL({_params(ctx, first)}) {{
     const int xi = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);
     const int ox0 = xi * {px};
     if (ox0 >= {geo.wo} || oy >= {geo.ho}) return;
     const int b = z / {g * gb}, grp = (z / {gb}) % {g}, oc0 = grp * {og} + (z % {gb}) * {lanes};
     const int nch = min({lanes}, {og} - (z % {gb}) * {lanes});
     const {vi} wz = {wzv};
-{accs}
-    const __global int* xb = tmp0 + (b * {geo.c} + grp * {geo.cg}) * {geo.plane}
-                             + oy * {geo.sh * geo.wp} + ox0;
+{extra}{accs}
+    const __global {xt}* xb = {xin} + (b * {geo.c} + grp * {geo.cg}) * {plane}
+                             + oy * {geo.sh * row} + ox0;
     const __global {ctype(w)}* wb = in1 + (grp * {gb} + z % {gb}) * {geo.cg * geo.kh * geo.kw * lanes};
     for (int ci = 0; ci < {geo.cg}; ++ci) {{
-        const __global int* xr = xb + ci * {geo.plane};
+        const __global {xt}* xr = xb + ci * {plane};
         const __global {ctype(w)}* wc = wb + ci * {geo.kh * geo.kw * lanes};
 {chr(10).join(taps)}
     }}
@@ -248,9 +268,12 @@ __kernel void KERNEL({_params(ctx, "__global const int* restrict tmp0")}) {{
     lx = min(xb, 8)
     ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
     main = Kernel(src, (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * g * gb), (lx, ly, 1),
-                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
-    low = Lowered([_repack(ctx, geo, "int"), main], scratch=[4 * geo.n * geo.c * geo.plane],
-                  schedule={"lanes": lanes, "cols": px})
+                  (xin, *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    if direct:
+        low = Lowered([main], schedule={"lanes": lanes, "cols": px})
+    else:
+        low = Lowered([_repack(ctx, geo, "int"), main], scratch=[4 * geo.n * geo.c * geo.plane],
+                      schedule={"lanes": lanes, "cols": px})
     # [O, Cg, KH, KW] -> [G, ceil(og / lanes), Cg, KH, KW, lanes]: lane blocks never cross a group
     low.pack[1] = PackSpec((1,), (lanes,), reshape=(g, og, geo.cg, geo.kh, geo.kw))
     low.flops_kernel = 1
