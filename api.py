@@ -1,0 +1,255 @@
+"""The Python API: `tessel.compile` and `tessel.load`, an onnxruntime-shaped `CompiledModel`.
+
+    import tessel
+    model = tessel.compile("resnet50.onnx")                  # import, -O2, lower for OpenCL, load
+    (probs,) = model.run(None, {"data": x})                  # onnxruntime's argument order
+    model.save("resnet50.cl.tsl")                            # the compiled target-level module
+    again = tessel.load("resnet50.cl.tsl")                   # no recompilation
+
+The command-line tools call the same functions (`import_model_source` and `optimize` here, the lowering
+in targets/opencl), so a program compiled by `tessel compile` and one compiled here are the same bytes.
+`run` may be called from several threads: each CompiledModel holds a lock around its executable (one
+command queue), so calls on one model run one after the other; for parallel runs, compile (or `load`)
+one model a thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .ir.core import Func, Module
+from .ir.diagnostics import Diagnostic, DiagnosticError
+
+TARGETS = ("opencl", "numpy")
+
+
+class InvalidArgument(ValueError):
+    """A call's arguments do not fit the model (onnxruntime raises its InvalidArgument for the same)."""
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime's `get_inputs()` describes it: name, shape (None for a dynamic
+    dim) and type ('tensor(float)'), plus tessel's element type ('f32')."""
+
+    name: str
+    shape: list[int | None]
+    type: str
+    dtype: str
+
+
+_ONNX_TYPE = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double", "i64": "int64",
+              "i32": "int32", "i16": "int16", "i8": "int8", "ui64": "uint64", "ui32": "uint32",
+              "ui16": "uint16", "ui8": "uint8", "i1": "bool"}
+
+
+def _node_arg(name: str, t: Any) -> NodeArg:
+    return NodeArg(name, list(t.shape), f"tensor({_ONNX_TYPE.get(t.dtype, t.dtype)})", t.dtype)
+
+
+def import_model_source(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                        filename: str | None = None) -> Module:
+    """A verified module from `model`: an ONNX file path, `onnx.ModelProto`, ONNX bytes, a `.tsl` path
+    or text, or a Module (returned as is)."""
+    from .ir.parser import parse_module
+    from .ir.verifier import verify_or_raise
+
+    if isinstance(model, Module):
+        return model
+    shapes = {k: list(v) for k, v in (input_shapes or {}).items()}
+    data: bytes
+    if isinstance(model, (str, Path)) and not str(model).lstrip().startswith(("module", "func")):
+        path = Path(model)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise DiagnosticError(Diagnostic("error", f"cannot read '{path}': {e.strerror}")) from None
+        filename = filename or str(path)
+    elif isinstance(model, str):
+        data, filename = model.encode(), filename or "<string>"
+    elif isinstance(model, bytes):
+        data, filename = model, filename or "<bytes>"
+    else:
+        serialize = getattr(model, "SerializeToString", None)
+        if serialize is None:
+            raise TypeError(f"tessel.compile takes a path, an onnx.ModelProto, bytes or a Module, not "
+                            f"{type(model).__name__}")
+        data, filename = serialize(), filename or "<onnx.ModelProto>"
+    if not data:
+        raise DiagnosticError(Diagnostic("error", f"'{filename}' is empty"))
+    if is_tsl(data, filename):
+        if shapes:
+            raise InvalidArgument("input_shapes applies to ONNX models; a .tsl module has its shapes")
+        module = parse_module(data, filename)
+    else:
+        from .frontends.onnx.importer import import_model
+
+        module = import_model(data, filename, shapes)
+    verify_or_raise(module)
+    return module
+
+
+def is_tsl(data: bytes, filename: str) -> bool:
+    """Whether `data` is tessel IR text rather than ONNX protobuf bytes."""
+    return filename.endswith(".tsl") or data.lstrip()[:1] in (b"m", b"f", b"/", b"{")
+
+
+def optimize(module: Module, opt_level: int = 2, weights: str = "f32", on_remark: Any = None) -> Module:
+    """Run the -O`opt_level` pipeline (with `weights` the matmul / gemm weight precision) in place."""
+    from .passes.manager import PassManager
+    from .passes.pipeline import level_pipeline, parse_pipeline
+
+    pm = PassManager(parse_pipeline(level_pipeline(opt_level, weights)))
+    pm.ctx.on_remark = on_remark
+    pm.run(module)
+    return module
+
+
+def _clone(module: Module) -> Module:
+    from .ir.parser import parse_module
+    from .ir.printer import to_text
+
+    return parse_module(to_text(module), "<module>")
+
+
+class CompiledModel:
+    """A compiled model ready to run: onnxruntime's InferenceSession interface (`run`, `get_inputs`,
+    `get_outputs`) plus `profile`, the IR it went through (`modules`), and `save`."""
+
+    def __init__(self, module: Module, target: str, device: Any = None,
+                 modules: dict[str, Module] | None = None):
+        self.module = module
+        self.target = target
+        self.modules = dict(modules or {"target": module})
+        """The IR at each level it went through: 'imported', 'optimized', 'target' (OpenCL)."""
+        self.func: Func = module.func("main") or module.funcs[0]
+        from .targets.numpy.interpreter import input_names, output_names
+
+        args = zip(input_names(self.func), self.func.args, strict=True)
+        self._inputs = [_node_arg(n, v.type) for n, v in args]
+        self._outputs = [_node_arg(n, t) for n, t in zip(output_names(self.func), self.func.result_types,
+                                                         strict=True)]
+        self._lock = threading.Lock()
+        self._device = device
+        self._exe: Any = None
+        if target == "opencl":
+            from .targets.opencl.runtime import Executable
+
+            self._exe = Executable(module, self.func, device)
+
+    # onnxruntime's interface ---------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[np.ndarray]:
+        """The outputs named (all, in order, when None) for the inputs in `input_feed` (by name)."""
+        arrays = self._arrays(input_feed)
+        with self._lock:
+            outs = self._execute(arrays)
+        names = [o.name for o in self._outputs]
+        if output_names is None:
+            return outs
+        missing = [n for n in output_names if n not in names]
+        if missing:
+            raise InvalidArgument(f"invalid output name{'s' if len(missing) > 1 else ''}: "
+                                  f"{', '.join(missing)} (the model's outputs: {', '.join(names)})")
+        return [outs[names.index(n)] for n in output_names]
+
+    def profile(self, input_feed: Mapping[str, Any], repeat: int = 10) -> list[dict[str, Any]]:
+        """Per kernel (OpenCL): its launches, median ms, GFLOP/s, GB/s, roofline bound and ONNX nodes,
+        over `repeat` runs after a warm-up, as `tessel-run --profile` prints them."""
+        if self.target != "opencl":
+            raise InvalidArgument("profile() needs the opencl target (kernels to time)")
+        from .targets.opencl.profile import kernel_rows, load_peaks
+        from .targets.opencl.runtime import Executable
+
+        arrays = self._arrays(input_feed)
+        with self._lock:
+            exe = Executable(self.module, self.func, self._exe.device, profile=True)
+            _, stats = exe.measure(arrays, repeat)
+            peaks = load_peaks(exe.device)
+            return [row.as_dict(peaks) for row in kernel_rows(exe, stats)]
+
+    def save(self, path: str | Path) -> None:
+        """Write the module this runs (target-level for OpenCL) as a .tsl file, atomically; `tessel.load`
+        and the tools read it back."""
+        from .ir.printer import to_text
+
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(to_text(self.module), encoding="utf-8")
+        tmp.replace(path)
+
+    # helpers ------------------------------------------------------------------------------------
+    def _arrays(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        if not isinstance(feed, Mapping):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got "
+                                  f"{type(feed).__name__}")
+        from .targets.numpy.interpreter import check_inputs
+
+        try:
+            return check_inputs(self.func, {k: np.asarray(v) for k, v in feed.items()})
+        except DiagnosticError as e:
+            raise InvalidArgument(str(e.diagnostics[0].message) + "".join(
+                f"; {n}" for d in e.diagnostics for n in d.notes)) from None
+
+    def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if self._exe is not None:
+            return self._exe.run(arrays)
+        from .targets.numpy.interpreter import run_func
+
+        return run_func(self.module, self.func, arrays)
+
+
+def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str | None = None,
+            tuning_records: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+            weight_precision: str = "f32") -> CompiledModel:
+    """Import `model` (an ONNX path, ModelProto or bytes, a .tsl path or text, or a Module), optimize it at
+    -O`opt_level`, and compile it for `target` ('opencl', or 'numpy': the reference interpreter) on
+    `device` (an OpenCL device spec as `tessel-run --device`: None picks the first, a GPU if any);
+    `tuning_records`: a tessel-tune record file; `input_shapes`: static shapes for dynamic ONNX inputs."""
+    if target not in TARGETS:
+        raise InvalidArgument(f"unknown target '{target}' (expected {' or '.join(TARGETS)})")
+    if opt_level not in (0, 1, 2, 3):
+        raise InvalidArgument(f"opt_level must be 0 to 3, got {opt_level}")
+    module = import_model_source(model, input_shapes)
+    if module.attrs.get("target") == "opencl":  # already compiled: load it
+        return load(module, device)
+    levels = {"imported": _clone(module)}
+    optimize(module, opt_level, weight_precision)
+    if target == "numpy":
+        levels["optimized"] = module
+        return CompiledModel(module, "numpy", modules=levels)
+    from .targets.opencl import device as dev
+    from .targets.opencl.lower import lower_module
+    from .targets.opencl.records import Tuning, read_records
+
+    levels["optimized"] = _clone(module)
+    cl_device = dev.pick_device(device)
+    info = dev.device_info(cl_device)
+    tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
+    lower_module(module, info, tuning=tuning)
+    levels["target"] = module
+    return CompiledModel(module, "opencl", cl_device, levels)
+
+
+def load(path: Any, device: str | None = None) -> CompiledModel:
+    """A compiled model from the target-level .tsl `CompiledModel.save` (or `tessel compile`) wrote, or
+    from its Module: loaded on `device` without recompiling."""
+    module = path if isinstance(path, Module) else import_model_source(path)
+    if module.attrs.get("target") != "opencl":
+        raise InvalidArgument("tessel.load takes a compiled (target-level) module; compile a model with "
+                              "tessel.compile")
+    from .targets.opencl import device as dev
+
+    return CompiledModel(module, "opencl", dev.pick_device(device), {"target": module})
