@@ -80,37 +80,30 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
 
 def load_model(input: str, input_shape: tuple[str, ...]) -> tuple[Any, bool]:
     """The module of INPUT, verified, and whether it was ONNX: a .onnx file imported (its bytes tell), a
-    .tsl module parsed."""
-    from ..ir.parser import parse_module
-    from ..ir.verifier import verify_or_raise
+    .tsl module parsed (tessel.api.import_model_source, as tessel.compile does)."""
+    from ..api import import_model_source, is_tsl
     from .import_ import parse_input_shapes
 
     data, filename = read_input(input)
     if not data:
         raise fail(f"'{filename}' is empty")
-    onnx = not (filename.endswith(".tsl") or data.lstrip()[:1] in (b"m", b"f", b"/", b"{"))
-    if onnx:
-        from ..frontends.onnx.importer import import_model
-
-        module = import_model(data, filename, parse_input_shapes(input_shape))
-    else:
-        module = parse_module(data, filename)
-    verify_or_raise(module)
-    return module, onnx
+    onnx = not is_tsl(data, filename)
+    return import_model_source(data, parse_input_shapes(input_shape) if onnx else None, filename), onnx
 
 
 def optimize(module: Any, opt_level: int, remarks_missed: bool = False, weights: str = "f32",
              categories: frozenset[str] = frozenset()) -> None:
     """Run the -O pipeline on `module` in place (`weights`: the matmul / gemm weight precision); the
     passes' remarks of `categories` are printed, and with --remarks-missed every refusal."""
-    from ..passes.manager import PassManager
-    from ..passes.pipeline import level_pipeline, parse_pipeline
+    from .. import api
     from ..passes.remarks import RemarkFilter
 
-    pm = PassManager(parse_pipeline(level_pipeline(opt_level, weights)))
     cats = frozenset(categories - {"tuning"})
+    on_remark = None
     if remarks_missed or cats:
         remark_filter = RemarkFilter(cats, remarks_missed)
-        pm.ctx.on_remark = lambda r: sys.stderr.write(remark_filter.render(r) + "\n") if remark_filter.wants(
-            r) else None
-    pm.run(module)
+
+        def on_remark(r: Any) -> None:
+            if remark_filter.wants(r):
+                sys.stderr.write(remark_filter.render(r) + "\n")
+    api.optimize(module, opt_level, weights, on_remark)
