@@ -1,0 +1,58 @@
+"""docs/python-api.md's snippets, run in order in one namespace (in a temporary directory), on OpenCL
+when there is a device; and the API's errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
+
+
+def _opencl() -> bool:
+    from tessel.targets.opencl import device
+
+    return device.opencl_available() is None
+
+
+def test_every_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not _opencl():
+        pytest.skip("no OpenCL device")
+    pytest.importorskip("onnxruntime")
+    monkeypatch.chdir(tmp_path)
+    snippets = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    assert len(snippets) >= 6
+    scope: dict = {}
+    for i, code in enumerate(snippets):
+        try:
+            exec(compile(code, f"{DOC.name} snippet {i + 1}", "exec"), scope)  # noqa: S102
+        except Exception as e:
+            raise AssertionError(f"snippet {i + 1} of docs/python-api.md failed: {e!r}\n{code}") from e
+
+
+def test_errors_name_the_problem(tmp_path: Path) -> None:
+    import tessel
+
+    with pytest.raises(tessel.InvalidArgument, match="unknown target 'tpu'"):
+        tessel.compile("x.onnx", target="tpu")
+    with pytest.raises(TypeError, match="not int"):
+        tessel.compile(3, target="numpy")
+    from tessel.ir.diagnostics import DiagnosticError
+
+    with pytest.raises(DiagnosticError, match="cannot read"):
+        tessel.compile(tmp_path / "missing.onnx", target="numpy")
+    m = tessel.compile("func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+                       "  %0 = relu %x : (tensor<2xf32>) -> tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n",
+                       target="numpy")
+    assert m.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0].tolist() == [0.0, 2.0]
+    with pytest.raises(tessel.InvalidArgument, match="dtype float64"):
+        m.run(None, {"x": np.array([1.0, 2.0])})
+    with pytest.raises(tessel.InvalidArgument, match="unexpected input 'z'"):
+        m.run(None, {"x": np.zeros(2, np.float32), "z": np.zeros(1)})
+    with pytest.raises(tessel.InvalidArgument, match="needs the opencl target"):
+        m.profile({"x": np.zeros(2, np.float32)})
+    with pytest.raises(tessel.InvalidArgument, match="compiled"):
+        tessel.load(m.module)
