@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: a real model through the tools. A seeded random-weight copy of the onnx package's bundled
-# ResNet-50 is imported, optimized with -O2, lowered to OpenCL C kernels and run on the OpenCL device
-# (PoCL on a CPU) with a per-kernel profile; the result is checked against onnxruntime on the same input.
+# ResNet-50 (its classifier scaled so the softmax is not saturated: every probability counts) is imported,
+# optimized with -O2, lowered to OpenCL C kernels and run on the OpenCL device (PoCL on a CPU) with a
+# per-kernel profile; the result is checked against onnxruntime on the same input.
 # Without OpenCL it runs on the numpy reference target instead. Every step is a plain shell command you
 # can rerun.
 set -euo pipefail
@@ -14,7 +15,7 @@ ops() { grep -cE '^ +(%[^ ]+ = )?[a-z_.]+ ' "$1" || true; }
 if [ -t 1 ]; then B=$'\033[1m' N=$'\033[0m'; else B='' N=''; fi
 step() { printf '\n%s== %s%s\n' "$B" "$*" "$N"; }
 
-step "1. a random-weight copy of the bundled light_$MODEL.onnx, and an input image"
+step "1. a random-weight copy of the bundled light_$MODEL.onnx (classifier calibrated), and an input image"
 $BIN/python examples/prepare_demo.py "$MODEL" "$OUT"
 
 step "2. tessel-import $MODEL.onnx -o $MODEL.tsl"
