@@ -167,7 +167,7 @@ def main(
 
 def _reference(module: Module) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
     """--validate, before lowering: (func name, seeded inputs, the numpy reference's results)."""
-    from ..passes.validate import make_inputs, run_reference, select_func
+    from ..debug.validate import make_inputs, run_reference, select_func
 
     func = select_func(module)
     arrays = make_inputs(func, None, 0)
@@ -178,8 +178,8 @@ def _check_lowering(module: Module, name: str, arrays: list[np.ndarray], referen
                     tol: Any, device: str) -> None:
     """--validate, after lowering: run the lowered func on OpenCL ('generic' runs on the default
     device) and compare with the reference, as `tessel-run --check-against=numpy` does."""
-    from ..passes.validate import mismatch_error
-    from ..targets.numpy.interpreter import output_names
+    from ..debug.validate import mismatch_error
+    from ..ir.interpreter import output_names
     from ..targets.opencl import device as dev
     from ..targets.opencl.runtime import Executable
 

@@ -151,10 +151,10 @@ def main(input: str, output: str | None, opt_level: int | None, weight_precision
     passes chosen with -O or --pass-pipeline (none by default: a round trip), and prints the result.
     Exit status: 0 ok, 1 bad input (file:line:col diagnostics on stderr), 2 usage, 3 internal error.
     """
+    from ..debug.validate import Miscompile
     from ..passes.manager import Instrumentation, PassManager, get_pass, load_plugin, pass_names
     from ..passes.pipeline import O_LEVELS, level_pipeline, parse_pipeline, pipeline_spec
     from ..passes.remarks import CATEGORIES, RemarkFilter
-    from ..passes.validate import Miscompile
 
     cats = _csv(remark_cats)
     unknown = sorted(cats - set(CATEGORIES) - {"all"})

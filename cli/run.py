@@ -197,8 +197,9 @@ def main(
     --random-inputs), and prints one row per output (type, min, max, mean, checksum), then the time.
     On OpenCL, loading (program build, weight upload) is timed apart from running.
     """
-    from ..targets.numpy.interpreter import check_inputs, output_names, run_func
-    from ..targets.numpy.interpreter import random_inputs as make_random
+    from ..ir.interpreter import check_inputs, output_names
+    from ..ir.interpreter import random_inputs as make_random
+    from ..targets.numpy.interpreter import run_func  # the numpy target (and --check-against's reference)
 
     if list_devices or calibrate:
         _device_command(list_devices, device)
@@ -364,7 +365,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
 
 
 def _compare(names, results, reference, rtol, atol) -> None:  # noqa: ANN001
-    from ..passes.validate import Tolerance, mismatch_error
+    from ..debug.validate import Tolerance, mismatch_error
 
     error = mismatch_error(names, results, reference, Tolerance(rtol, atol),
                            "results do not match the numpy reference")

@@ -1,6 +1,6 @@
 """What tessel-opt's --validate-each, --bisect and --run-reproducer (and tessel-codegen's --validate) share:
 options that take a value only as `--opt=VALUE`, the tolerance option, the reproducer header, the checks
-and the reports. The comparison itself is passes/validate.py."""
+and the reports. The comparison itself is debug/validate.py."""
 
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ class OptionalValueCommand(click.Command):
 
 
 def tolerance_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """Click callback: `RTOL,ATOL` as a passes.validate.Tolerance (None when the option is not given)."""
+    """Click callback: `RTOL,ATOL` as a debug.validate.Tolerance (None when the option is not given)."""
     if value is None:
         return None
-    from ..passes.validate import Tolerance
+    from ..debug.validate import Tolerance
 
     try:
         return Tolerance.parse(value)
@@ -78,7 +78,7 @@ def replay_checks(header: dict[str, str], filename: str, validate_each: Any, see
     """--validate-each, --seed and --inputs for --run-reproducer: the header's, unless given."""
     from click.core import ParameterSource
 
-    from ..passes.validate import Tolerance
+    from ..debug.validate import Tolerance
 
     try:
         if validate_each is None and "--validate-each" in header:
@@ -108,7 +108,7 @@ class Checks:
     a reproducer's header records so that --run-reproducer checks the same way."""
 
     def __init__(self, tol: Any, inputs: str | None, seed: int):
-        from ..passes.validate import Tolerance
+        from ..debug.validate import Tolerance
         from .run import load_npz
 
         self.tol = tol or Tolerance()
@@ -120,7 +120,7 @@ class Checks:
             self.replay += " --inputs=" + shlex.quote(os.path.abspath(inputs))
 
     def validator(self, module: Module) -> Any:
-        from ..passes.validate import Validator
+        from ..debug.validate import Validator
 
         return Validator(module, self.tol, self.given, self.seed, self.replay, self.source)
 
@@ -156,8 +156,8 @@ def run_bisect(data: bytes, filename: str, pipeline_text: str, check: str, verif
                 checks: Checks, reproducer: str | None) -> None:
     """--bisect: report the first bad pass application and write its reproducer (exit 1), or say that
     none is bad."""
+    from ..debug.validate import Miscompile, bisect_pipeline
     from ..passes.pipeline import parse_pipeline
-    from ..passes.validate import Miscompile, bisect_pipeline
 
     def load() -> Module:
         module = parse_module(data, filename)

@@ -1,2 +1,3 @@
-"""Debugging aids for the compiler itself: the test-case reducer (`tessel-reduce`) and the determinism
-check (`--check-determinism`). Library code: nothing here prints or imports tessel.cli."""
+"""Debugging aids for the compiler itself: the test-case reducer (`tessel-reduce`), the determinism
+check (`--check-determinism`), the oracles and translation validation (`--validate-each`, `--bisect`,
+validate.py). Library code: nothing here prints or imports tessel.cli."""

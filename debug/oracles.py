@@ -18,14 +18,14 @@ import subprocess
 import sys
 
 from ..ir.diagnostics import DiagnosticError
+from ..ir.interpreter import output_names, random_inputs, run_func
 from ..ir.parser import parse_module
 from ..ir.printer import to_text
 from ..ir.verifier import verify_or_raise
 from ..passes.manager import CompilerCrash, Instrumentation, PassManager, load_plugin
 from ..passes.pipeline import O_LEVELS, parse_pipeline
-from ..passes.validate import Tolerance, compare
-from ..targets.numpy.interpreter import output_names, random_inputs, run_func
 from .isolate import CAN_FORK, Verdict, run_isolated
+from .validate import Tolerance, compare
 
 _O_LEVEL = re.compile(r"^-O([0-3])$")
 _ICE = re.compile(r"internal compiler error: (.*)")
@@ -163,7 +163,7 @@ class MismatchTest:
             load_plugin(p)
         self.pipeline = pipeline_text(pipeline)
         parse_pipeline(self.pipeline)  # a bad pipeline is the user's error, raised now
-        self.tol = Tolerance(rtol, atol)  # compared as translation validation (passes/validate.py) does
+        self.tol = Tolerance(rtol, atol)  # compared as translation validation (debug/validate.py) does
         self.seed = seed
         self.timeout = timeout
         self.last = ""

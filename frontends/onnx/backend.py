@@ -69,7 +69,7 @@ def executor_factory(target: str) -> ExecutorFactory:
 
 def numpy_executor(module: Module, func: Func) -> Executor:
     """The reference interpreter."""
-    from ...targets.numpy.interpreter import run_func
+    from ...ir.interpreter import run_func
 
     return lambda args: run_func(module, func, args)
 
@@ -232,7 +232,7 @@ class TesselRep(BackendRep):
             arrays = [_as_array(x) for x in seq]
         by_name = dict(zip(self.input_names, arrays, strict=True))
         compiled = self._compiled_for(by_name)
-        from ...targets.numpy.interpreter import check_inputs, input_names
+        from ...ir.interpreter import check_inputs, input_names
 
         func = compiled.module.funcs[0]
         fed = [by_name[n] for n in compiled.fed]

@@ -3,7 +3,9 @@
 `import_model` loads a model (external data included), checks it, lists every unsupported op in one
 error, fixes dynamic input dims from `input_shapes`, and converts node by node through the converters in
 ops/. Every op gets `loc("onnx:<node name>")`; func arguments and results keep the ONNX names (as a
-`name` attribute where the IR name had to change).
+`name` attribute where the IR name had to change). `constants` makes some graph inputs constants first
+(`bake_inputs`): tessel needs the values of shape-like operands at import, and a conversion refused for
+want of one says which graph inputs its value comes from.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +31,9 @@ from .registry import DEFAULT_DOMAINS, TRAINING_DOMAIN, get_converter
 from .types import onnx_element_type
 
 CONVERTIBLE_DOMAINS = DEFAULT_DOMAINS + (TRAINING_DOMAIN,)
+NEEDS_CONSTANT = re.compile(r"must be a constant|only known at run time")
+"""Conversion errors that giving some graph inputs' values at import cures (as the onnx.backend adapter
+does, and tessel-import's --constant-input)."""
 
 
 def _err(message: str, notes: Sequence[str] = ()) -> DiagnosticError:
@@ -132,11 +138,69 @@ def initializer_tensor(b: Builder, init: onnx.TensorProto) -> Tensor:
     return t
 
 
+def bake_inputs(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], filename: str = "<model>",
+                origins: Mapping[str, str] | None = None) -> None:
+    """Make the graph inputs named in `arrays` initializers holding those arrays (in place), so that the
+    import sees constants: how an `axes`, a `shape`, `pads` or a trip count fed as a graph input becomes
+    known at import. Refuses a name that is not a graph input and an array whose dtype or shape does not
+    fit the input's declared type; `origins` says where each array came from, to begin the message."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, given in arrays.items():
+        origin = (origins or {}).get(name, f"constant input '{name}'")
+        vi = inputs.get(name)
+        if vi is None:
+            raise _err(f"{origin}: '{name}' is not an input of '{filename}' (inputs: "
+                       f"{', '.join(inputs) or 'none'})")
+        arr = np.asarray(given)
+        if not _fits(vi, arr):
+            raise _err(f"{origin}: the array is {arr.dtype} with shape {list(arr.shape)}, but input "
+                       f"'{name}' of '{filename}' is {_declared(vi)}")
+        native = arr.astype(arr.dtype.newbyteorder("="), copy=False)
+        model.graph.initializer.append(numpy_helper.from_array(native, name))
+
+
+def _fits(vi: onnx.ValueInfoProto, arr: np.ndarray) -> bool:
+    """Whether `arr` has the element type and (where declared) the dims of input `vi`."""
+    if not vi.type.HasField("tensor_type"):
+        return False
+    tt = vi.type.tensor_type
+    try:
+        want = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    except (KeyError, ValueError):  # an undefined element type: nothing to check
+        want = arr.dtype
+    if arr.dtype.type != want.type:  # .type: either byte order
+        return False
+    dims = _dims(vi)
+    return not tt.HasField("shape") or (
+        len(dims) == arr.ndim and all(d is None or d == s for d, s in zip(dims, arr.shape, strict=True)))
+
+
+def _declared(vi: onnx.ValueInfoProto) -> str:
+    """An input's declared type as `_fits` reads it: `int64 with shape [2]`, `[N, 3]` for symbolic dims."""
+    if not vi.type.HasField("tensor_type"):
+        return f"a {vi.type.WhichOneof('value') or 'non-tensor'}, not a tensor"
+    tt = vi.type.tensor_type
+    try:
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, ValueError):
+        dtype = onnx.TensorProto.DataType.Name(tt.elem_type)
+    if not tt.HasField("shape"):
+        return f"{dtype} of any shape"
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    return f"{dtype} with shape [{', '.join(dims)}]"
+
+
 def import_model(data: bytes, filename: str = "<stdin>",
-                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Module:
-    """Convert an ONNX model (its serialized bytes) to a tessel module. Raises DiagnosticError."""
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 constants: Mapping[str, np.ndarray] | None = None,
+                 constant_origins: Mapping[str, str] | None = None) -> Module:
+    """Convert an ONNX model (its serialized bytes) to a tessel module, the graph inputs in `constants`
+    made constants first (`bake_inputs`, which `constant_origins` is for). Raises DiagnosticError."""
     model = load(data, filename)
     check_supported(model, filename)
+    if constants:
+        bake_inputs(model, constants, filename, constant_origins)
     graph = model.graph
     opset = default_opset(model)
     input_shapes = dict(input_shapes or {})
@@ -219,10 +283,10 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
     conv = get_converter(node.op_type, node.domain)
     assert conv is not None
 
-    def fail(message: str) -> DiagnosticError:
+    def fail(message: str, notes: Sequence[str] = ()) -> DiagnosticError:
         shapes = ", ".join(f"{n}: {env[n].type}" if n in env else f"{n}: absent" for n in node.input if n)
         return _err(f"'{filename}': ONNX node '{name}' ({node.op_type}): {message}",
-                    [f"operands: {shapes}"] if shapes else [])
+                    ([f"operands: {shapes}"] if shapes else []) + list(notes))
 
     inputs: list[Tensor | None] = []
     for n in node.input:
@@ -241,10 +305,9 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
     try:
         with np.errstate(all="ignore"):
             out = conv.fn(b, *inputs, **attrs)
-    except ConversionError as e:
-        raise fail(str(e)) from None
-    except OpError as e:
-        raise fail(str(e)) from None
+    except (ConversionError, OpError) as e:
+        needed = _inputs_needed(b, conv.fn, inputs, attrs) if NEEDS_CONSTANT.search(str(e)) else []
+        raise fail(str(e), [constant_hint(needed)] if needed else []) from None
     outs = list(out) if isinstance(out, list | tuple) else [out]
     for n, t in zip(node.output, outs, strict=False):
         if n and t is not None:  # an output a converter leaves as None (a Dropout mask) must go unused
@@ -253,6 +316,59 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
             elif t.is_const and t.name is None:  # a folded constant (a ConstantOfShape weight) keeps its name
                 t.name = n
             env[n] = t
+
+
+class _Watched(Tensor):
+    """A run-time operand that records when its converter asks for its value (see `_inputs_needed`)."""
+
+    __slots__ = ("asked",)
+
+    def const(self, what: str = "this input") -> np.ndarray:
+        self.asked.append(self)
+        return super().const(what)
+
+
+def _inputs_needed(b: Builder, fn: Any, inputs: Sequence[Tensor | None], attrs: dict[str, Any]) -> list[str]:
+    """The graph inputs that the operands a converter refused for not being constants are computed from.
+    The converter runs again (its import is failing anyway) with its run-time operands watched; when it
+    asked none of them for its value (it tested `is_const` itself, or wanted a value its subgraph made),
+    every run-time operand counts. The IR from each such operand is walked back to the func's arguments."""
+    asked: list[Tensor] = []
+    watched: list[Tensor | None] = []
+    for t in inputs:
+        if t is not None and not t.is_const:
+            w = _Watched(t.type, None, t.value, t.name)
+            w.asked = asked
+            t = w
+        watched.append(t)
+    try:
+        with np.errstate(all="ignore"):
+            fn(b, *watched, **attrs)
+    except Exception:  # noqa: BLE001 - the first attempt's error is the one reported
+        pass
+    culprits = asked or [t for t in watched if t is not None and not t.is_const]
+    found: dict[int, str] = {}
+    seen: set[int] = set()
+    stack = [t.value for t in culprits if t.value is not None]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.op is not None:
+            stack.extend(v.op.operands)
+        elif v.owner is b.block:  # an argument of the func: a graph input, named after it
+            found[v.index] = v.name or f"#{v.index}"
+    return [found[i] for i in sorted(found)]
+
+
+def constant_hint(names: Sequence[str]) -> str:
+    """The note naming the graph inputs whose values a conversion needed, and how to give them."""
+    many = len(names) > 1
+    flags = " ".join(f"--constant-input {n}=FILE.npy" for n in names)
+    return (f"the value comes from graph input{'s' if many else ''} {', '.join(repr(n) for n in names)}, "
+            f"unknown until run time; give {'them' if many else 'it'} at import with {flags} "
+            "(or --constant-inputs FILE.npz)")
 
 
 @dataclasses.dataclass(frozen=True)

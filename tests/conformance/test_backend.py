@@ -76,7 +76,7 @@ def test_the_target_is_a_parameter() -> None:
     calls = []
 
     def doubling(module: object, func: object):  # noqa: ANN202
-        from tessel.targets.numpy.interpreter import run_func
+        from tessel.ir.interpreter import run_func
 
         def run(args: list) -> list:
             calls.append(len(args))

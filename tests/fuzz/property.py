@@ -199,7 +199,7 @@ def run_target(module: Any, target: str) -> Any:
     """A callable running the module's main func on `target` (lowering it first for OpenCL)."""
     func = module.funcs[0]
     if target == "numpy":
-        from tessel.targets.numpy.interpreter import run_func
+        from tessel.ir.interpreter import run_func
 
         return lambda args: run_func(module, func, list(args))
     from tessel.targets.opencl.lower import lower_module

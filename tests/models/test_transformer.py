@@ -50,7 +50,7 @@ def recognized(model: onnx.ModelProto):  # noqa: ANN201
 
 
 def feeds_in_order(module, model: onnx.ModelProto) -> list[np.ndarray]:  # noqa: ANN001
-    from tessel.targets.numpy.interpreter import input_names
+    from tessel.ir.interpreter import input_names
 
     feeds = encoder_inputs(model)
     return [feeds[n] for n in input_names(module.funcs[0])]
@@ -100,7 +100,7 @@ def test_patterns_are_recognized(encoder: onnx.ModelProto) -> None:
 
 
 def test_recognized_encoder_matches_onnxruntime(encoder: onnx.ModelProto, expected: list[np.ndarray]) -> None:
-    from tessel.targets.numpy.interpreter import run_func
+    from tessel.ir.interpreter import run_func
 
     module, _ = recognized(encoder)
     got = run_func(module, module.funcs[0], feeds_in_order(module, encoder))

@@ -11,10 +11,10 @@ import onnx
 import pytest
 from tessel.cli.common import SPLIT_MARKER
 from tessel.frontends.onnx.importer import import_model
+from tessel.ir.interpreter import run_func
 from tessel.ir.parser import parse_module
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
-from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import Executable
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from tessel.ir.attributes import DenseAttr
 from tessel.ir.core import Module
+from tessel.ir.interpreter import run_func
 from tessel.ir.parser import parse_module
-from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import Executable
 

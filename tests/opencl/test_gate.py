@@ -8,10 +8,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from tessel.ir.interpreter import run_func
 from tessel.ir.parser import parse_module
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
-from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import Executable
 

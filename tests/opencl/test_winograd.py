@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tessel.ir.interpreter import run_func
 from tessel.ir.ops.registry import OpError, get_op, load_all
 from tessel.ir.ops.winograd import filter_shape, transform_filter, untransform_filter
 from tessel.ir.parser import parse_module
 from tessel.ir.types import TensorType
-from tessel.targets.numpy.interpreter import run_func
 from tessel.targets.opencl.kernels.base import DeviceInfo, NotLowerable
 from tessel.targets.opencl.kernels.conv import lower_conv2d
 from tessel.targets.opencl.lower import lower_module

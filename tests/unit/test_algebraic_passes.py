@@ -16,10 +16,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tessel.frontends.onnx.importer import import_model
 from tessel.ir.core import Module
+from tessel.ir.interpreter import random_inputs, run_func
 from tessel.ir.parser import parse_module
 from tessel.passes.cancel_transposes import block_perm
 from tessel.passes.manager import PassContext, PassManager, get_pass
-from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 ROOT = Path(__file__).resolve().parents[2]
 LIT = ROOT / "lit_tests" / "passes"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tessel.ir.core import Module, Op
+from tessel.ir.interpreter import random_inputs, run_func
 from tessel.ir.ops.registry import broadcast_shapes, get_op, norm_axis
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
@@ -31,7 +32,6 @@ from tessel.passes.fuse import (
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import parse_pipeline
 from tessel.passes.remarks import Remark
-from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -1,10 +1,10 @@
-"""The numpy target's input handling and execution through the library API."""
+"""The reference interpreter's (ir/interpreter.py) input handling and execution through the library API."""
 
 import numpy as np
 import pytest
 from tessel.ir.diagnostics import DiagnosticError
+from tessel.ir.interpreter import check_inputs, input_names, output_names, random_inputs, run_func
 from tessel.ir.parser import parse_module
-from tessel.targets.numpy.interpreter import check_inputs, input_names, output_names, random_inputs, run_func
 
 TEXT = """
 func @main(%x: tensor<2x3xf32>, %n: tensor<i64> {name = "count:0"})

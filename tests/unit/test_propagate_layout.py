@@ -13,11 +13,11 @@ from tessel.frontends.onnx.importer import import_model
 from tessel.frontends.onnx.randomize import randomize_weights
 from tessel.ir.core import Module, Op
 from tessel.ir.diagnostics import DiagnosticError
+from tessel.ir.interpreter import random_inputs, run_func
 from tessel.ir.parser import parse_module
 from tessel.ir.verifier import verify
 from tessel.passes.manager import PassContext
 from tessel.passes.pipeline import parse_pipeline
-from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 ANCHORS = ("conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tessel.ir.attributes import DenseAttr
 from tessel.ir.core import Func, Module, Op, Value
+from tessel.ir.interpreter import random_inputs, run_func
 from tessel.ir.ops.registry import get_op
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import to_text
@@ -15,7 +16,6 @@ from tessel.ir.types import TensorType
 from tessel.ir.verifier import verify
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
-from tessel.targets.numpy.interpreter import random_inputs, run_func
 
 SHAPES = [(), (4,), (3, 4), (2, 3, 4), (1, 4), (3, 1)]
 UNARY = ["relu", "neg", "abs", "tanh", "sigmoid", "identity", "exp"]

@@ -1,4 +1,4 @@
-"""Translation validation (passes/validate.py, `tessel-opt --validate-each` and `--bisect`,
+"""Translation validation (debug/validate.py, `tessel-opt --validate-each` and `--bisect`,
 `tessel-codegen --validate`): the comparison, the bisection, and the injected miscompile of
 tests/plugins/miscompile.py found, named and replayed on a real model.
 
@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner, Result
+from tessel.debug.validate import Tolerance, bisect, compare, compare_arrays
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
-from tessel.passes.validate import Tolerance, bisect, compare, compare_arrays
 
 from ..models.test_models import LIGHT, with_logits
 

@@ -82,9 +82,10 @@ def standalone(op: Op, src: Module, constant: Sequence[bool]) -> Module:
 
 def random_inputs(func: Func, seed: int = 0) -> list[np.ndarray]:
     """Seeded random inputs of `func`, in argument order."""
-    from ....passes.validate import make_inputs
+    from ....ir.interpreter import check_inputs
+    from ....ir.interpreter import random_inputs as by_name
 
-    return make_inputs(func, None, seed)
+    return check_inputs(func, by_name(func, seed))
 
 
 @dataclass
