@@ -400,6 +400,10 @@ def test_every_registered_op_lowers() -> None:
         types = [TensorType((3, 5), dtype)] * n
         if op == "where":
             types = [TensorType((3, 5), "i1"), *types[1:]]
+        if op == "quantize":  # x, scale (f32), zero point (ui8)
+            types = [*types[:2], TensorType((), "ui8")]
+        if op == "dequantize":  # x (i8), scale (f32), zero point (i8)
+            types = [TensorType((3, 5), "i8"), TensorType((), "f32"), TensorType((), "i8")]
         attrs = {"to": "i32"} if op == "cast" else {"direction": "left"} if op == "bit_shift" else {}
         ctx, low = lower_op(op, types, attrs)
         assert isinstance(ctx, Ctx) and re.match(rf"// {op}: ", low.kernels[0].source)

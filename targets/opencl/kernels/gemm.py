@@ -89,9 +89,7 @@ def load_b(dtype: str, cols: int, ptr: str) -> str:
 def check_operands(op: str, ctx: Ctx, *types: TensorType) -> None:
     """f32 throughout, except B (operand 1) may be f16 / bf16 weights: a constant (packed at load time)."""
     b = ctx.operands[1]
-    if b.dtype in ("f16", "bf16"):
-        if not ctx.is_constant(1):
-            raise NotLowerable(f"'{op}' takes {b.dtype} B only as constant weights")
+    if b.dtype in ("f16", "bf16") and ctx.operands[0].dtype == "f32" and ctx.is_constant(1):
         types = tuple(t for t in types if t is not b)
     check_float32(op, *types)
 

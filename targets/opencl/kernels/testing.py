@@ -1,18 +1,19 @@
-"""Run one op's template directly on the OpenCL device: for template tests and micro-benchmarks.
+"""One op on the OpenCL device: for template tests and micro-benchmarks.
 
-`run_op("relu", [x])` infers the result types with the registry, lowers with the op's template, packs
-operands as the template asks (with the registry's `pack` reference), builds the kernels, runs them and
-returns the results. `check_op` compares them with the registry's numpy reference.
+`run_op("relu", [x])` builds a one-op module (`op_module`), lowers it with the real lowering and runs it
+with the real runtime (`Executable`): packing, scratch buffers and launches as a compiled model has
+them. `check_op` compares the results with the registry's numpy reference. `lower_op` only runs the
+op's template (for tests that read the kernel sources or schedule), and `build` compiles its kernels.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import numpy as np
 
+from ....ir.core import Func, Module, Op
 from ....ir.ops.registry import get_op
 from ....ir.types import TensorType
 from .. import device as dev
@@ -56,6 +57,35 @@ def build(lowered: Lowered, context: Any, info: Any) -> list[Any]:
     return [getattr(prg, n) for n in names]
 
 
+def op_module(op_name: str, inputs: list[np.ndarray], attrs: dict[str, Any],
+              constant: tuple[bool, ...] = ()) -> tuple[Module, list[np.ndarray]]:
+    """A module `@main` computing one `op_name` on `inputs`: operand i a func argument, or a constant
+    where `constant[i]` (uploaded once, packed at load time as a weight is); and the arguments' arrays."""
+    from ....passes.common import const_op, make_const_attr
+
+    opdef = get_op(op_name)
+    assert opdef is not None, op_name
+    types = [TensorType.of(np.asarray(a)) for a in inputs]
+    sig = opdef.sig(types, attrs)
+    results = opdef.infer(sig)
+    fixed = [i < len(constant) and constant[i] for i in range(len(inputs))]
+    args = [i for i in range(len(inputs)) if not fixed[i]]
+    module = Module("op")
+    func = Func.new("main", [types[i] for i in args], [f"in{i}" for i in args], results)
+    block = func.block
+    values, it = [], iter(block.args)
+    for i, a in enumerate(inputs):
+        if fixed[i]:
+            c = block.append(const_op((), make_const_attr(np.asarray(a), types[i], module, f"in{i}")))
+            values.append(c.results[0])
+        else:
+            values.append(next(it))
+    op = block.append(Op(op_name, values, results, attrs))
+    block.append(Op("return", op.results))
+    module.funcs.append(func)
+    return module, [np.ascontiguousarray(inputs[i]) for i in args]
+
+
 def run_op(
     op_name: str,
     inputs: list[np.ndarray],
@@ -64,61 +94,29 @@ def run_op(
     schedule: dict[str, Any] | None = None,
     repeat: int = 0,
     info: Any = None,
+    constant: tuple[bool, ...] = (),
 ) -> tuple[list[np.ndarray], float]:
-    """Results and (when repeat > 0) the median seconds of `repeat` timed runs of all the op's kernels;
-    `info`: the DeviceInfo to lower for (default: the device it runs on)."""
-    cl = dev.cl()
+    """Results and (when repeat > 0) the median over `repeat` timed runs of the summed time of the op's
+    kernels (profiling events; packing of constant operands happens once, at load, and is not counted).
+    The op runs as a one-op module through the real lowering (`lower_module`, `info`: the DeviceInfo to
+    lower for, default the device it runs on) and runtime (`Executable`); `constant[i]` makes operand i
+    a constant instead of an argument."""
+    from ..lower import lower_module
+    from ..runtime import Executable
+
     device = dev.pick_device()
     info = info or dev.device_info(device)
-    context = dev.context_for(device)
-    queue = cl.CommandQueue(context)
-    types = [TensorType.of(np.asarray(a)) for a in inputs]
-    ctx, lowered = lower_op(op_name, types, dict(attrs or {}), schedule=schedule, info=info)
-    arrays = [np.ascontiguousarray(a) for a in inputs]
-    for i, spec in lowered.pack.items():
-        arrays[i] = spec.apply(arrays[i])
-    mf = cl.mem_flags
-    ins = [
-        cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
-        if a.nbytes
-        else cl.Buffer(context, mf.READ_ONLY, 4)
-        for a in arrays
-    ]
-    outs_host = [np.empty(t.dims, t.np_dtype) for t in ctx.results]
-    outs = [cl.Buffer(context, mf.READ_WRITE, max(o.nbytes, 4)) for o in outs_host]
-    tmps = [cl.Buffer(context, mf.READ_WRITE, max(n, 4)) for n in lowered.scratch]
-    kernels = build(lowered, context, info)
-    table = (
-        {f"in{i}": b for i, b in enumerate(ins)}
-        | {f"out{i}": b for i, b in enumerate(outs)}
-        | {f"tmp{i}": b for i, b in enumerate(tmps)}
-    )
-    for kobj, k in zip(kernels, lowered.kernels, strict=True):
-        names = k.args or tuple(f"in{i}" for i in range(len(ins))) + tuple(
-            f"out{i}" for i in range(len(outs))
-        )
-        kobj.set_args(*[table[n] for n in names])
-
-    def once() -> None:
-        for kobj, k in zip(kernels, lowered.kernels, strict=True):
-            if all(k.global_size):
-                cl.enqueue_nd_range_kernel(queue, kobj, k.global_size, k.local_size)
-        queue.finish()
-
-    once()
-    for o, b in zip(outs_host, outs, strict=True):
-        if o.nbytes:
-            cl.enqueue_copy(queue, o, b)
-    queue.finish()
+    module, args = op_module(op_name, inputs, dict(attrs or {}), constant)
+    lower_module(module, info, schedule=schedule)
+    func = module.funcs[0]
+    exe = Executable(module, func, device, profile=bool(repeat))
+    outs = exe.run(args)
     seconds = 0.0
     if repeat:
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            once()
-            times.append(time.perf_counter() - t0)
-        seconds = float(np.median(times))
-    return outs_host, seconds
+        _, stats = exe.measure(args, repeat)
+        runs = len(stats.seconds)
+        seconds = float(np.median([sum(ns[r] for ns in stats.kernel_ns.values()) for r in range(runs)])) / 1e9
+    return outs, seconds
 
 
 def check_op(
@@ -130,9 +128,10 @@ def check_op(
     atol: float = 1e-6,
     schedule: dict[str, Any] | None = None,
     info: Any = None,
+    constant: tuple[bool, ...] = (),
 ) -> None:
-    """Assert the OpenCL template (lowered for `info`, default the device) matches the registry reference
-    on `inputs`."""
+    """Assert the op lowered for `info` (default the device) and run on the device matches the registry
+    reference on `inputs` (`constant`: as run_op)."""
     opdef = get_op(op_name)
     assert opdef is not None
     types = [TensorType.of(np.asarray(a)) for a in inputs]
@@ -140,7 +139,7 @@ def check_op(
     sig.results = opdef.infer(sig)
     want = opdef.reference(sig, *inputs)
     want = list(want) if isinstance(want, list | tuple) else [want]
-    got, _ = run_op(op_name, inputs, attrs, schedule=schedule, info=info)
+    got, _ = run_op(op_name, inputs, attrs, schedule=schedule, info=info, constant=constant)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         w = np.asarray(w)
         assert g.shape == w.shape, f"result {i}: shape {g.shape}, expected {w.shape}"
