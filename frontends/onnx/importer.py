@@ -153,38 +153,41 @@ def bake_inputs(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], filena
             raise _err(f"{origin}: '{name}' is not an input of '{filename}' (inputs: "
                        f"{', '.join(inputs) or 'none'})")
         arr = np.asarray(given)
-        if not _fits(vi, arr):
+        want = _elem_dtype(vi)
+        if want is not None and arr.dtype.kind == "V" == want.kind and arr.dtype.itemsize == want.itemsize:
+            arr = arr.view(want)  # .npy and .npz keep ml_dtypes arrays (bf16, float8, int4) as raw bytes
+        if not _fits(vi, want, arr):
             raise _err(f"{origin}: the array is {arr.dtype} with shape {list(arr.shape)}, but input "
-                       f"'{name}' of '{filename}' is {_declared(vi)}")
+                       f"'{name}' of '{filename}' is {_declared(vi, want)}")
         native = arr.astype(arr.dtype.newbyteorder("="), copy=False)
         model.graph.initializer.append(numpy_helper.from_array(native, name))
 
 
-def _fits(vi: onnx.ValueInfoProto, arr: np.ndarray) -> bool:
-    """Whether `arr` has the element type and (where declared) the dims of input `vi`."""
+def _elem_dtype(vi: onnx.ValueInfoProto) -> np.dtype | None:
+    """A tensor input's numpy element type; None for a non-tensor or an undefined element type."""
     if not vi.type.HasField("tensor_type"):
-        return False
-    tt = vi.type.tensor_type
+        return None
     try:
-        want = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-    except (KeyError, ValueError):  # an undefined element type: nothing to check
-        want = arr.dtype
-    if arr.dtype.type != want.type:  # .type: either byte order
-        return False
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _fits(vi: onnx.ValueInfoProto, want: np.dtype | None, arr: np.ndarray) -> bool:
+    """Whether `arr` has the element type and (where declared) the dims of tensor input `vi`."""
+    if not vi.type.HasField("tensor_type") or (want is not None and arr.dtype.type != want.type):
+        return False  # .type: either byte order
     dims = _dims(vi)
-    return not tt.HasField("shape") or (
+    return not vi.type.tensor_type.HasField("shape") or (
         len(dims) == arr.ndim and all(d is None or d == s for d, s in zip(dims, arr.shape, strict=True)))
 
 
-def _declared(vi: onnx.ValueInfoProto) -> str:
+def _declared(vi: onnx.ValueInfoProto, want: np.dtype | None) -> str:
     """An input's declared type as `_fits` reads it: `int64 with shape [2]`, `[N, 3]` for symbolic dims."""
     if not vi.type.HasField("tensor_type"):
-        return f"a {vi.type.WhichOneof('value') or 'non-tensor'}, not a tensor"
+        return f"a {vi.type.WhichOneof('value') or 'value'}, not a tensor"
     tt = vi.type.tensor_type
-    try:
-        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    except (KeyError, ValueError):
-        dtype = onnx.TensorProto.DataType.Name(tt.elem_type)
+    dtype = str(want) if want is not None else onnx.TensorProto.DataType.Name(tt.elem_type)
     if not tt.HasField("shape"):
         return f"{dtype} of any shape"
     dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
@@ -319,20 +322,23 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
 
 
 class _Watched(Tensor):
-    """A run-time operand that records when its converter asks for its value (see `_inputs_needed`)."""
+    """A run-time operand that records when its converter asks for its value and answers zeros, so that
+    the converter goes on to ask for the next (Slice's starts, then its ends...); see `_inputs_needed`."""
 
     __slots__ = ("asked",)
 
     def const(self, what: str = "this input") -> np.ndarray:
-        self.asked.append(self)
-        return super().const(what)
+        if not any(a is self for a in self.asked):
+            self.asked.append(self)
+        return np.zeros(self.shape, self.type.np_dtype)
 
 
 def _inputs_needed(b: Builder, fn: Any, inputs: Sequence[Tensor | None], attrs: dict[str, Any]) -> list[str]:
     """The graph inputs that the operands a converter refused for not being constants are computed from.
-    The converter runs again (its import is failing anyway) with its run-time operands watched; when it
-    asked none of them for its value (it tested `is_const` itself, or wanted a value its subgraph made),
-    every run-time operand counts. The IR from each such operand is walked back to the func's arguments."""
+    The converter runs again (its import is failing anyway) with its run-time operands watched, until it
+    finishes or stops on a zero it was given; when it asked none of them for its value (it tested
+    `is_const` itself, or wanted a value its subgraph made), every run-time operand counts. The IR from
+    each such operand is walked back to the func's arguments."""
     asked: list[Tensor] = []
     watched: list[Tensor | None] = []
     for t in inputs:
@@ -344,7 +350,7 @@ def _inputs_needed(b: Builder, fn: Any, inputs: Sequence[Tensor | None], attrs: 
     try:
         with np.errstate(all="ignore"):
             fn(b, *watched, **attrs)
-    except Exception:  # noqa: BLE001 - the first attempt's error is the one reported
+    except Exception:  # noqa: BLE001 - a probe: the first attempt's error is the one reported
         pass
     culprits = asked or [t for t in watched if t is not None and not t.is_const]
     found: dict[int, str] = {}
