@@ -23,61 +23,65 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.core import Block, Module, Op, Value
+from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.types import TensorType
 from .common import const_array, const_op, make_const_attr
 from .manager import Pass, PassContext
 
-F16 = "f16"
+HALF = ("f16", "bf16")
 PASS_THROUGH = ("const", "return", "yield")
 
 
-def _has_f16(op: Op) -> bool:
-    return any(t.dtype == F16 for t in [*op.operand_types, *op.result_types])
+def _has_f16(op: Op, types: tuple[str, ...] = HALF) -> bool:
+    return any(t.dtype in types for t in [*op.operand_types, *op.result_types])
 
 
 def _half_weights(op: Op) -> bool:
-    """A matmul / gemm reading f16 constant weights with an f32 A: its template takes them as they are."""
+    """A matmul / gemm reading f16 / bf16 constant weights with an f32 A: its template takes them as
+    they are."""
     if op.name not in ("matmul", "gemm") or op.operand_types[0].dtype != "f32":
         return False
     b = op.operands[1]
-    return (b.type.dtype == F16 and b.op is not None and b.op.name == "const"
-            and all(t.dtype != F16 for i, t in enumerate(op.operand_types) if i != 1)
-            and all(t.dtype != F16 for t in op.result_types))
+    return (b.type.dtype in HALF and b.op is not None and b.op.name == "const"
+            and all(t.dtype not in HALF for i, t in enumerate(op.operand_types) if i != 1)
+            and all(t.dtype not in HALF for t in op.result_types))
 
 
-def _is_f16_f32_cast(op: Op) -> bool:
+def _is_half_cast(op: Op) -> bool:
+    """A cast between a half type and f32 (or a half type and itself): the lowering has kernels for it."""
     if op.name != "cast":
         return False
-    pair = {op.operand_types[0].dtype, op.result_types[0].dtype}
-    return pair == {F16, "f32"} or pair == {F16}
+    src, dst = op.operand_types[0].dtype, op.result_types[0].dtype
+    return (src in HALF and dst in (src, "f32")) or (dst in HALF and src == "f32")
 
 
-def _widen(t: TensorType) -> TensorType:
-    return t.with_dtype("f32") if t.dtype == F16 else t
+def _widen(t: TensorType, types: tuple[str, ...] = HALF) -> TensorType:
+    return t.with_dtype("f32") if t.dtype in types else t
 
 
-def emulate_block(block: Block, module: Module) -> int:
+def emulate_block(block: Block, module: Module, types: tuple[str, ...] = HALF) -> int:
     """Rewrite the f16 ops of `block`, a `kernel` region with f16 values first inlined (its ops become
     top-level ops of `block`, each emulated alone); returns how many ops were rewritten."""
     for op in list(block.ops):
-        if op.name == "kernel" and _region_has_f16(op):
+        if op.name == "kernel" and _region_has_f16(op, types):
             _inline(block, op)
     n = 0
     widened: dict[int, Value] = {}  # an f16 value -> its f32 cast (or constant), made once
     for op in list(block.ops):
-        if op.name in PASS_THROUGH or _is_f16_f32_cast(op) or _half_weights(op) or not _has_f16(op):
+        if op.name in PASS_THROUGH or _is_half_cast(op) or _half_weights(op) or not _has_f16(op, types):
             continue
         for i, v in enumerate(op.operands):
-            if v.type.dtype == F16:
+            if v.type.dtype in types:
                 if id(v) not in widened:
                     widened[id(v)] = _to_f32(block, op, v, module)
                 op.set_operand(i, widened[id(v)])
         for r in op.results:
-            if r.type.dtype != F16:
+            if r.type.dtype not in types:
                 continue
+            half = r.type.dtype
             r.type = _widen(r.type)
             users = list(r.users)
-            back = Op("cast", [r], [r.type.with_dtype(F16)], {"to": F16}, loc=op.loc, pos=op.pos)
+            back = Op("cast", [r], [r.type.with_dtype(half)], {"to": half}, loc=op.loc, pos=op.pos)
             block.insert_after(op, back)
             back.result.name, r.name = r.name, None  # the f16 value keeps the name its readers know
             for u in users:
@@ -86,13 +90,13 @@ def emulate_block(block: Block, module: Module) -> int:
                         u.set_operand(j, back.result)
         n += 1
     for op in list(block.ops):  # f16 constants whose readers now read their f32 copies
-        if op.name == "const" and op.results[0].type.dtype == F16 and not op.results[0].uses:
+        if op.name == "const" and op.results[0].type.dtype in types and not op.results[0].uses:
             block.remove(op)
     return n
 
 
-def _region_has_f16(op: Op) -> bool:
-    return _has_f16(op) or any(_has_f16(o) for r in op.regions for b in r.blocks for o in b.ops)
+def _region_has_f16(op: Op, types: tuple[str, ...]) -> bool:
+    return _has_f16(op, types) or any(_has_f16(o, types) for r in op.regions for b in r.blocks for o in b.ops)
 
 
 def _inline(block: Block, kernel: Op) -> None:
@@ -136,11 +140,16 @@ class EmulateF16(Pass):
     """Compute f16 ops in f32 between casts, keeping f16 storage (for devices without f16 arithmetic)."""
 
     NAME = "emulate-f16"
-    STATISTICS = {"num-emulated": "Number of f16 ops computed in f32"}
+    STATISTICS = {"num-emulated": "Number of f16 / bf16 ops computed in f32"}
+    types: str = "f16"  # the half types to emulate, comma-separated: f16, bf16
 
     def run(self, module: Module, ctx: PassContext) -> None:
+        types = tuple(t.strip() for t in self.types.split(",") if t.strip())
+        if not types or any(t not in HALF for t in types):
+            raise DiagnosticError(Diagnostic(
+                "error", f"emulate-f16: types must be f16 and/or bf16, got types={self.types}"))
         for func in module.funcs:
-            self.stat("num-emulated", emulate_block(func.block, module))
+            self.stat("num-emulated", emulate_block(func.block, module, types))
 
 
 PASS = EmulateF16

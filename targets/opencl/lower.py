@@ -111,8 +111,9 @@ def lower_func(module: Module, func: Func, info: DeviceInfo,
                schedule: dict[str, Any] | None = None, tuning: Tuning | None = None) -> list[tuple[Op, str]]:
     st = _State(info, dict(schedule or {}), tuning=tuning)
     block = func.block
-    if not info.fp16:  # f16 arithmetic in f32 between casts: half storage, float compute
-        emulate_block(block, module)
+    # half-precision arithmetic in f32 between casts (half storage, float compute): bf16 always (OpenCL
+    # has no bf16 type), f16 where the device lacks cl_khr_fp16
+    emulate_block(block, module, ("bf16",) if info.fp16 else ("f16", "bf16"))
     old = list(block.ops)
     for op in old:
         block.remove(op)

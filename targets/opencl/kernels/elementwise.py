@@ -479,8 +479,8 @@ def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
 @template(*RULES)
 def elementwise(ctx: Ctx) -> Lowered:
     """Every op of `RULES`: one kernel over the (broadcast) output."""
-    half = "f16" in (ctx.operands[0].dtype, ctx.results[0].dtype)
-    if ctx.op_name == "cast" and half and not ctx.device.fp16:
+    src, dst = (ctx.operands[0].dtype, ctx.results[0].dtype) if ctx.op_name == "cast" else ("", "")
+    if "bf16" in (src, dst) or ("f16" in (src, dst) and not ctx.device.fp16):
         return half_cast(ctx)
     _check_types(ctx)
     _rule(ctx.op_name, ctx.sig)
@@ -489,24 +489,29 @@ def elementwise(ctx: Ctx) -> Lowered:
 
 
 def half_cast(ctx: Ctx) -> Lowered:
-    """A cast between f16 and f32 on a device without cl_khr_fp16: half storage read with vload_half and
-    written with vstore_half_rte (round to nearest even, as numpy), 16 elements a work-item."""
+    """A cast between a half type and f32 where OpenCL C cannot compute in it: f16 without cl_khr_fp16
+    (read with vload_half, written with vstore_half_rte: round to nearest even, as numpy) and bf16 (the
+    high half of a float: widened by a shift, narrowed rounding to nearest even, NaN kept quiet), 16
+    elements a work-item."""
     src, dst = ctx.operands[0], ctx.results[0]
     require_static(src, dst)
-    if {src.dtype, dst.dtype} - {"f16", "f32"}:
-        raise NotLowerable(f"a cast from {src.dtype} to {dst.dtype} on a device without cl_khr_fp16 goes "
-                           "through f32")
+    half = dst.dtype if dst.dtype in ("f16", "bf16") else src.dtype
+    if {src.dtype, dst.dtype} - {half, "f32"}:
+        raise NotLowerable(f"a cast from {src.dtype} to {dst.dtype} here goes through f32 (no OpenCL {half})")
     n = dst.numel
     it = index_type(src, dst)
     if src.dtype == dst.dtype:
-        body = "out0[i] = in0[i];"
-        types = ("ushort", "ushort")
+        body, types = "out0[i] = in0[i];", ("ushort", "ushort")
     elif src.dtype == "f16":
-        body = "out0[i] = vload_half(i, in0);"
-        types = ("half", "float")
+        body, types = "out0[i] = vload_half(i, in0);", ("half", "float")
+    elif dst.dtype == "f16":
+        body, types = "vstore_half_rte(in0[i], i, out0);", ("float", "half")
+    elif src.dtype == "bf16":
+        body, types = "out0[i] = as_float((uint)in0[i] << 16);", ("ushort", "float")
     else:
-        body = "vstore_half_rte(in0[i], i, out0);"
-        types = ("float", "half")
+        body = ("{ const uint u = as_uint(in0[i]); out0[i] = (u & 0x7fffffffu) > 0x7f800000u ? "
+                "(ushort)((u >> 16) | 0x40u) : (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }")
+        types = ("float", "ushort")
     k = launch_1d(n, 16)
     k.source = f"""// cast {src} -> {dst}
 __kernel void KERNEL(__global const {types[0]}* restrict in0, __global {types[1]}* restrict out0) {{
