@@ -64,16 +64,24 @@ def _quantize_infer(sig: Sig) -> list[TensorType]:
 
 
 def _quantize_ref(sig: Sig, x: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """As onnx's reference and onnxruntime compute it: the rounded quotient converted to i32 (a NaN,
+    an infinity or a value out of i32's range becomes i32's minimum, as x86 converts), the zero point
+    added with i32 wrap-around, then clamped to the type."""
     with np.errstate(all="ignore"):
-        q = np.rint(widen(x) / widen(scale)).astype(np.float64) + widen(zp).astype(np.float64)
-    return saturate(q, sig.operands[2].dtype)
+        r = np.rint(widen(x) / widen(scale)).astype(np.float64)
+        inside = np.isfinite(r) & (r >= -(2.0**31)) & (r < 2.0**31)
+        i = np.where(inside, r, -(2.0**31)).astype(np.int64)
+    q = (i + widen(zp).astype(np.int64) + 2**31) % 2**32 - 2**31
+    return saturate(q.astype(np.float64), sig.operands[2].dtype)
 
 
 register(OpDef(
     "quantize", ("x", "scale", "zero_point"), infer=_quantize_infer, reference=_quantize_ref,
     traits=ELEMENTWISE, cost=elementwise_cost(3),
     doc="saturate(round_half_even(x / scale) + zero_point) in the zero point's integer type; x / scale in "
-        "x's float type; scale and zero point broadcast against x (per tensor, axis or block).",
+        "x's float type, converted to i32 before the add as onnx's reference does (NaN, infinities and "
+        "values past i32 become i32's minimum, the add wraps); scale and zero point broadcast against x "
+        "(per tensor, axis or block).",
 ))
 
 

@@ -162,10 +162,15 @@ def _erf_params(sig: Sig) -> dict[str, str | float]:
 
 
 def _quantize_params(sig: Sig) -> dict[str, str | float]:
-    """saturate(rint(x / scale) + zero_point) in x's float type; the store converts the in-range value."""
+    """clamp(i32(rint(x / scale)) + zero_point) as the reference: the quotient converted to int as x86
+    does (NaN, infinities and values past int's range give INT_MIN; a comparison that is false for NaN
+    guards it), the zero point added with int wrap-around (through uint), then clamped."""
     w = ctype(sig.operands[0])
     lo, hi = int_range(sig.operands[2].dtype)
-    return {"q": f"clamp(rint({{a}} / {{b}}) + ({w}){{c}}, ({w}){lo}, ({w}){hi})"}
+    big = "2147483648.0" + ("f" if w == "float" else "")
+    r = f"rint({{a}} / {{b}})"
+    i = f"(({r} >= -{big} && {r} < {big}) ? (int){r} : INT_MIN)"
+    return {"q": f"clamp((int)((uint){i} + (uint)(int){{c}}), {lo}, {hi})"}
 
 
 _INT_DIV = "(({b} == {0} | {b} == {-1}) ? {1} : {b})"  # a divisor that cannot trap; the guarded cases:
