@@ -168,7 +168,7 @@ def _quantize_params(sig: Sig) -> dict[str, str | float]:
     w = ctype(sig.operands[0])
     lo, hi = int_range(sig.operands[2].dtype)
     big = "2147483648.0" + ("f" if w == "float" else "")
-    r = f"rint({{a}} / {{b}})"
+    r = "rint({a} / {b})"
     i = f"(({r} >= -{big} && {r} < {big}) ? (int){r} : INT_MIN)"
     return {"q": f"clamp((int)((uint){i} + (uint)(int){{c}}), {lo}, {hi})"}
 
