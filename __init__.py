@@ -7,6 +7,7 @@ nothing else: the API's modules (onnx, pyopencl) load on first use.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -15,10 +16,8 @@ _API = ("compile", "load", "CompiledModel", "InvalidArgument", "NodeArg")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        from . import api
-
-        return getattr(api, name)
+    if name in _API:  # imported by name: `import tessel` (and a type checker of ir/) stays light
+        return getattr(importlib.import_module("tessel.api"), name)
     raise AttributeError(f"module 'tessel' has no attribute '{name}'")
 
 

@@ -129,7 +129,7 @@ class CompiledModel:
         self.modules = dict(modules or {"target": module})
         """The IR at each level it went through: 'imported', 'optimized', 'target' (OpenCL)."""
         self.func: Func = module.func("main") or module.funcs[0]
-        from .targets.numpy.interpreter import input_names, output_names
+        from .ir.interpreter import input_names, output_names
 
         args = zip(input_names(self.func), self.func.args, strict=True)
         self._inputs = [_node_arg(n, v.type) for n, v in args]
@@ -195,7 +195,7 @@ class CompiledModel:
         if not isinstance(feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got "
                                   f"{type(feed).__name__}")
-        from .targets.numpy.interpreter import check_inputs
+        from .ir.interpreter import check_inputs
 
         try:
             return check_inputs(self.func, {k: np.asarray(v) for k, v in feed.items()})
@@ -206,7 +206,7 @@ class CompiledModel:
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if self._exe is not None:
             return self._exe.run(arrays)
-        from .targets.numpy.interpreter import run_func
+        from .ir.interpreter import run_func
 
         return run_func(self.module, self.func, arrays)
 

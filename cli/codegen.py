@@ -21,6 +21,7 @@ from .common import (
     remark_categories,
     split_chunks,
     tuning_options,
+    version_option,
     weights_options,
     winograd_option,
 )
@@ -74,6 +75,7 @@ def device_for_codegen(spec: str) -> object:
     cls=OptionalValueCommand, optional_values={"--validate": DEFAULT_TOLERANCE},
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option(
     "-o", "--output", metavar="FILE", help="Write the lowered IR here (atomically) instead of stdout."

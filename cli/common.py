@@ -312,3 +312,11 @@ def _check_determinism(input: str | None, output: str | None) -> None:
         with open(a.output, "rb") as src, atomic_output(output, "wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
+
+
+def version_option(f: Callable) -> Callable:
+    """--version: the package's one version string (tessel.__version__), as every tool prints it."""
+    from .. import __version__
+
+    return click.version_option(__version__, "--version", message="%(prog)s, version %(version)s",
+                                help="Show the version and exit.")(f)

@@ -15,6 +15,7 @@ from .common import (
     read_input,
     remark_categories,
     tuning_options,
+    version_option,
     weights_options,
     winograd_option,
 )
@@ -32,6 +33,7 @@ Examples:
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option("-o", "--output", metavar="FILE", help="Write the result here (atomically) instead of stdout.")
 @click.option("-O", "opt_level", type=click.IntRange(0, 3), default=2, show_default=True, metavar="N",

@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from .common import debug_option, determinism_option, fail, handle_errors, read_input, weights_options
+from .common import (
+    debug_option,
+    determinism_option,
+    fail,
+    handle_errors,
+    read_input,
+    version_option,
+    weights_options,
+)
 
 EPILOG = """\b
 Examples:
@@ -98,6 +106,7 @@ def read_constants(pairs: tuple[str, ...], npz: str | None,
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[MODEL.onnx]")
 @click.option("-o", "--output", metavar="FILE", help="Write the IR here (atomically) instead of stdout.")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",

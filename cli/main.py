@@ -5,10 +5,11 @@ from __future__ import annotations
 import click
 
 from . import codegen, compile, import_, opt, reduce, run, tune
+from .common import version_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tessel")
+@version_option
 def main() -> None:
     """tessel: an optimizing compiler for neural-network graphs.
 

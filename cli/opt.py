@@ -26,6 +26,7 @@ from .common import (
     print_diagnostics,
     read_input,
     split_chunks,
+    version_option,
     weights_options,
 )
 from .validation import (
@@ -59,6 +60,7 @@ def _csv(values: tuple[str, ...]) -> set[str]:
     cls=OptionalValueCommand, optional_values={"--validate-each": DEFAULT_TOLERANCE},
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option("-o", "--output", metavar="FILE", help="Write the result here (atomically) instead of stdout.")
 @click.option("-O", "opt_level", type=click.IntRange(0, 3), metavar="N",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import EXIT_USAGE, atomic_output, debug_option, fail, handle_errors, read_input
+from .common import EXIT_USAGE, atomic_output, debug_option, fail, handle_errors, read_input, version_option
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -31,6 +31,7 @@ Examples:
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option("-o", "--output", metavar="FILE",
               help="Write the reduced module here (atomically) instead of stdout.")

@@ -20,6 +20,7 @@ from .common import (
     handle_errors,
     lower_schedule,
     read_input,
+    version_option,
     winograd_option,
 )
 
@@ -81,6 +82,7 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("input", required=False, default="-", metavar="[INPUT]")
 @click.option(
     "--target",

@@ -9,7 +9,15 @@ from typing import Any
 
 import click
 
-from .common import atomic_output, debug_option, fail, handle_errors, lower_schedule, winograd_option
+from .common import (
+    atomic_output,
+    debug_option,
+    fail,
+    handle_errors,
+    lower_schedule,
+    version_option,
+    winograd_option,
+)
 
 EPILOG = """\b
 Examples:
@@ -24,6 +32,7 @@ Examples:
 @click.command(
     epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
+@version_option
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
 @click.option("-o", "--output", metavar="FILE",
               help="The record file (JSON lines). Tuning reads it first, skips the kernels it already "

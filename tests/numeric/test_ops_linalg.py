@@ -131,7 +131,7 @@ def f32(*shape: int) -> TensorType:
     ([f32(3, 4), f32(5)], "contracting dims differ: 4 vs 5"),
     ([f32(2, 3, 4), f32(3, 4, 5)], "do not broadcast"),
     ([f32(), f32(3, 4)], "rank >= 1"),
-    ([f32(3, 4), TensorType((4, 5), "f16")], "element types differ: f32 vs f16"),
+    ([TensorType((3, 4), "f16"), f32(4, 5)], "element types differ: f16 vs f32"),  # f32 x f16: half weights
     ([TensorType((3, 4), "i32"), TensorType((4, 5), "i64")], "element types differ: i32 vs i64"),
     ([TensorType((3, 4), "i1"), TensorType((4, 5), "i1")], "numeric"),
 ])
