@@ -49,11 +49,42 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+    except ValueError as e:
+        if "descr" not in str(e):
+            raise fail(f"cannot read inputs '{path}': not a valid .npz file ({e})") from None
+        arrays = _raw_npz(path)  # numpy cannot name the dtype (float8e5m2 writes '<f1'): raw bytes
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise fail(f"cannot read inputs '{path}': not a valid .npz file ({e})") from None
     for k, v in arrays.items():  # np.load hands back a member without the .npy header as raw bytes
         if not isinstance(v, np.ndarray):
             raise fail(f"cannot read inputs '{path}': its member '{k}' is not a .npy array")
+    return arrays
+
+
+def _raw_npz(path: str) -> dict[str, np.ndarray]:
+    """The members of a .npz as raw-byte arrays (dtype V<itemsize>) of their shapes, for element types
+    numpy's header parser rejects (ml_dtypes' float8e5m2 saves as '<f1'); the inputs check views them as
+    the argument's type."""
+    import ast
+
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():
+                data = z.read(member)
+                if not data.startswith(b"\x93NUMPY"):
+                    raise ValueError(f"member '{member}' is not a .npy array")
+                size = 2 if data[6] == 1 else 4
+                length = int.from_bytes(data[8:8 + size], "little")
+                header = ast.literal_eval(data[8 + size:8 + size + length].decode("latin1"))
+                if header.get("fortran_order"):
+                    raise ValueError(f"member '{member}' is in Fortran order")
+                itemsize = int("".join(c for c in str(header["descr"]) if c.isdigit()) or 0)
+                body = data[8 + size + length:]
+                arr = np.frombuffer(body, f"V{itemsize}").reshape(tuple(header["shape"]))
+                arrays[member.removesuffix(".npy")] = arr
+    except (ValueError, KeyError, SyntaxError, zipfile.BadZipFile) as e:
+        raise fail(f"cannot read inputs '{path}': not a valid .npz file ({e})") from None
     return arrays
 
 

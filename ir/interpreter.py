@@ -46,7 +46,7 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
             continue
         a = np.asarray(inputs[name])
         t: TensorType = v.type
-        if a.dtype.kind == "V" and a.dtype.itemsize == t.np_dtype.itemsize and t.np_dtype.kind == "V":
+        if a.dtype.kind == "V" and a.dtype.itemsize == t.np_dtype.itemsize and t.np_dtype.kind in "Vf":
             a = a.view(t.np_dtype)  # .npz keeps ml_dtypes arrays (bf16, float8, int4) as raw bytes
         if a.dtype != t.np_dtype:
             problems.append(f"input '{name}' has dtype {a.dtype}, expected {t.np_dtype} ({t})")
