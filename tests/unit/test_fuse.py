@@ -20,7 +20,7 @@ from tessel.ir.interpreter import random_inputs, run_func
 from tessel.ir.ops.registry import broadcast_shapes, get_op, norm_axis
 from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
-from tessel.passes.fuse import (
+from tessel.passes.fuse_rules import (
     EPILOGUE_ANCHORS,
     ROW_ANCHORS,
     channel_factor,

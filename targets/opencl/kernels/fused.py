@@ -36,7 +36,7 @@ from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from ....ir.ops.registry import Sig, get_op, norm_axis, op_sig
 from ....ir.types import TensorType
-from ....passes.fuse import ROW_ANCHORS, channel_factor, channel_shuffle_ops
+from ....passes.fuse_rules import ROW_ANCHORS, channel_factor, channel_shuffle_ops
 from ..space import SPACES, space
 from ..space import Space as SchedSpace
 from . import elementwise as ew
@@ -890,7 +890,7 @@ def lower_row_norm(ctx: Ctx, rg: Region, anchor: Op, where: list[int], ops: list
 
 
 def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
-    """`v` = a channel shuffle of kernel operand `arg` (passes/fuse.channel_shuffle_ops): (the operand's
+    """`v` = a channel shuffle of kernel operand `arg` (passes/fuse_rules.channel_shuffle_ops): (the operand's
     index, the C expression of the source channel of channel `c`, the three ops); None for anything else."""
     ops = channel_shuffle_ops(v)
     if ops is None or id(ops[0].operands[0]) not in rg.arg:
@@ -900,7 +900,7 @@ def channel_shuffle(rg: Region, v: Value) -> tuple[int, str, list[Op]] | None:
 
 
 def nearest_upsample(rg: Region, v: Value) -> tuple[int, Upsample, Op] | None:
-    """`v` = a nearest resize of H and W of kernel operand `arg` (passes/fuse.absorbable_resize): (the
+    """`v` = a nearest resize of H and W of kernel operand `arg` (passes/fuse_inputs.absorbable_resize): (the
     operand's index, the conv's Upsample, the resize); None for anything else."""
     r = rg.producer(v)
     if r is None or r.name != "resize" or id(r.operands[0]) not in rg.arg:
