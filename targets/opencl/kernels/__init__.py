@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "norm", "movement", "pool", "gemm", "conv", "conv_transpose", "resize",
-            "attention", "recurrent", "qlinear", "fused")
+FAMILIES = ("elementwise", "reduce", "scan", "norm", "movement", "gather", "pool", "gemm", "conv",
+            "conv_transpose", "resize", "attention", "recurrent", "qlinear", "fused")
 _loaded = False
 
 

@@ -51,7 +51,7 @@ from .base import (
     row_major_strides,
     template,
 )
-from .reduce import V, elem_ctype, flit, fold_lanes, indent, is_float, kernel_source, vec_width
+from .reducers import V, elem_ctype, flit, fold_lanes, indent, is_float, kernel_source, vec_width
 
 ROWS = 8  # query rows per work-item: R vector accumulators in the two products
 MAX_CHUNK = 512  # keys per chunk: the private scores are R * T elements

@@ -56,7 +56,8 @@ from .conv import Expand, InScale, Upsample, lower_conv2d
 from .elementwise import offset
 from .gemm import ANorm, Tail, lower_gemm, lower_matmul
 from .norm import NO_HOOK, Hook, layer_norm_kernels, softmax_kernels
-from .reduce import REDUCERS, V, flit, fold_lanes, reduce_kernels
+from .reduce import reduce_kernels
+from .reducers import REDUCERS, V, flit, fold_lanes
 from .resize import upsample_tables
 
 CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm"}

@@ -20,7 +20,7 @@ from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from .base import Ctx, Kernel, Lowered, NotLowerable
 from .fused import Chain, Region, Space, chain_spaces, check_types, finish
-from .reduce import V, combine, fold_lanes
+from .reducers import V, combine, fold_lanes
 
 GPU_ITEMS = 64
 LANES = 16

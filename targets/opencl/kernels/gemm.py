@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ....ir.types import TensorType
 from ..space import Constraint, Knob, Point, Space, around, space
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
-from .reduce import V, fold_lanes
+from .reducers import V, fold_lanes
 
 # A fused epilogue: (value expression, flat output index of its first lane, lanes) -> new expression of
 # the same type. `value` is a `float` (lanes == 1) or a `float<lanes>` whose lanes are consecutive output

@@ -1,4 +1,5 @@
-"""Copy kernels for the shape ops, pack/unpack and scatter_elements.
+"""Copy kernels for the shape ops and pack/unpack (the indexed copies gather, gather_elements and
+scatter_elements are gather.py).
 
 Most ops are one generic strided copy (`CopySpec`): each work-item writes one output element, or V
 consecutive ones along the innermost dim, and computes its source offset from coordinates decoded with
@@ -11,10 +12,8 @@ widest vector of at most 64 bytes that divides the innermost extent; its element
 transpose (after merging: NCHW <-> NHWC too) swap by 8x8 register tiles. A plain copy whose innermost dim is
 a long unit-stride run on both sides (a transpose moving whole planes: a channel shuffle) copies a run a
 work-item.
-
-Gather and gather_elements wrap negative indices as the reference does and clamp out-of-range ones into
-the dim (the reference raises for those), so no kernel reads out of bounds.
 """
+
 
 from __future__ import annotations
 
@@ -244,7 +243,8 @@ def empty_kernel(what: str, T: str, src: str = "in0", dst: str = "out0") -> Kern
     return Kernel(source, (1,), (1,), (src, dst))
 
 
-def _one(k: Kernel, **schedule: object) -> Lowered:
+def one_kernel(k: Kernel, **schedule: object) -> Lowered:
+    """The lowering of an op that is one launch of `k`."""
     return Lowered([k], schedule=dict(schedule))
 
 
@@ -260,7 +260,7 @@ def _prep(ctx: Ctx) -> tuple[TensorType, TensorType, str]:
 def reshape(ctx: Ctx) -> Lowered:
     x, y, idx = _prep(ctx)
     spec = CopySpec([y.numel], [[Term(1)]])
-    return _one(copy_kernel(f"reshape: contiguous copy of {x.numel} elements", spec, x, idx))
+    return one_kernel(copy_kernel(f"reshape: contiguous copy of {x.numel} elements", spec, x, idx))
 
 
 def collapse_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -318,8 +318,8 @@ def transpose_kernel(what: str, shape: Sequence[int], perm: Sequence[int], t: Te
 def transpose(ctx: Ctx) -> Lowered:
     x, y, idx = _prep(ctx)
     perm = [int(p) for p in ctx.attr("perm")]
-    return _one(transpose_kernel(f"transpose perm={perm}: out0[i] = in0[i permuted] ({list(x.dims)} -> "
-                                 f"{list(y.dims)})", x.dims, perm, x, idx))
+    what = f"transpose perm={perm}: out0[i] = in0[i permuted] ({list(x.dims)} -> {list(y.dims)})"
+    return one_kernel(transpose_kernel(what, x.dims, perm, x, idx))
 
 
 @template("depth_to_space", "space_to_depth")
@@ -334,7 +334,7 @@ def depth_space(ctx: Ctx) -> Lowered:
         view = [n, c, h // b, b, w // b, b]
         perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
     what = f"{ctx.op_name} blocksize={b} {mode}: {list(x.dims)} -> {list(y.dims)} as a 6-D transpose {perm}"
-    return _one(transpose_kernel(what, view, perm, x, idx))
+    return one_kernel(transpose_kernel(what, view, perm, x, idx))
 
 
 # concat / split / slice ------------------------------------------------------------------------------------
@@ -390,8 +390,8 @@ def slice_(ctx: Ctx) -> Lowered:
             base += s * strides[axis]
         terms[axis] = [Term(step * strides[axis])]
     spec = CopySpec(list(y.dims), terms, src_base=base)
-    return _one(copy_kernel(f"slice: {list(x.dims)} -> {list(y.dims)} (starts/steps baked into the offset)",
-                            spec, x, idx))
+    what = f"slice: {list(x.dims)} -> {list(y.dims)} (starts/steps baked into the offset)"
+    return one_kernel(copy_kernel(what, spec, x, idx))
 
 
 # expand / tile / pad --------------------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def expand(ctx: Ctx) -> Lowered:
     strides = row_major_strides(x.dims)
     terms = [[Term(strides[d - lead])] if d >= lead and x.dims[d - lead] != 1 else [] for d in range(y.rank)]
     what = f"expand: broadcast {list(x.dims)} to {list(y.dims)}"
-    return _one(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))
+    return one_kernel(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))
 
 
 @template("tile")
@@ -413,7 +413,7 @@ def tile(ctx: Ctx) -> Lowered:
     terms = [[] if d == 1 else [Term(s)] if r == 1 else [Term(s, "mod", d)]
              for d, r, s in zip(x.dims, reps, strides, strict=True)]
     what = f"tile repeats={reps}: out0[c] = in0[c % {list(x.dims)}]"
-    return _one(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))
+    return one_kernel(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))
 
 
 @template("pad")
@@ -441,81 +441,7 @@ def pad(ctx: Ctx) -> Lowered:
             j = f"(@ - {pb})" if pb else "@"
             terms.append([Term(s, "raw", expr=f"{pb} + clamp({j}, 0, {kept - 1})")])
     spec = CopySpec(list(y.dims), terms, src_base=base, cond=cond, fill=literal(ctx.attr("value"), x))
-    return _one(copy_kernel(f"pad {mode} pads={pads}: {list(x.dims)} -> {list(y.dims)}", spec, x, idx))
-
-
-# gather / gather_elements ---------------------------------------------------------------------------------
-def _wrapped(var: str, load: str, d: int, pad: str = "    ") -> str:
-    """C lines setting `var` to index `load` with negatives wrapped and out-of-range values clamped."""
-    return (f"{pad}long {var} = (long)({load});\n{pad}if ({var} < 0) {var} += {d};\n"
-            f"{pad}{var} = clamp({var}, 0L, {d - 1}L);")
-
-
-@template("gather")
-def gather(ctx: Ctx) -> Lowered:
-    from ....ir.ops.registry import norm_axis
-
-    require_static(*ctx.operands, *ctx.results)
-    data, ind = ctx.operands
-    y = ctx.results[0]
-    T, I = elem(data), ctype(ind)
-    idx = index_type(data, ind, y)
-    axis = norm_axis(int(ctx.attr("axis")), data.rank)
-    d = data.dims[axis]
-    outer, inner, nidx = math.prod(data.dims[:axis]), math.prod(data.dims[axis + 1:]), ind.numel
-    v = vector_width(data.itemsize, inner)
-    items = outer * nidx * inner // v
-    if not items or not d:
-        return _one(empty_kernel(f"gather axis={axis}", T))
-    load = f"vload{v}(0, in0 + s)" if v > 1 else "in0[s]"
-    store = f"vstore{v}({load}, 0, out0 + g * {v});" if v > 1 else f"out0[g] = {load};"
-    src = f"""// gather axis={axis}: out0[o, j, i] = in0[o, wrap(in1[j]), i] over [{outer}, {nidx}, {inner}] \
-(negative indices wrap, out-of-range ones clamp)
-__kernel void KERNEL(__global const {T}* restrict in0, __global const {I}* restrict in1,
-                     __global {T}* restrict out0) {{
-    const {idx} g = get_global_id(0);
-    if (g >= {items}) return;
-    const {idx} i = (g % {inner // v}) * {v}, j = (g / {inner // v}) % {nidx}, o = g / {inner // v * nidx};
-{_wrapped("k", "in1[j]", d)}
-    const {idx} s = o * {d * inner} + ({idx})k * {inner} + i;
-    {store}
-}}
-"""
-    k = launch_1d(items)
-    return _one(Kernel(src, k.global_size, k.local_size), vec=v)
-
-
-@template("gather_elements")
-def gather_elements(ctx: Ctx) -> Lowered:
-    from ....ir.ops.registry import norm_axis
-
-    require_static(*ctx.operands, *ctx.results)
-    data, ind = ctx.operands
-    T, I = elem(data), ctype(ind)
-    idx = index_type(data, ind)
-    axis = norm_axis(int(ctx.attr("axis")), data.rank)
-    shape, strides = ind.dims, row_major_strides(data.dims)
-    if not ind.numel or not data.dims[axis]:
-        return _one(empty_kernel(f"gather_elements axis={axis}", T))
-    decode = []
-    for d in range(len(shape) - 1, 0, -1):
-        decode.append(f"    const {idx} c{d} = r % {shape[d]}; r /= {shape[d]};")
-    decode.append(f"    const {idx} c0 = r;")
-    terms = [f"c{d} * {strides[d]}" for d in range(len(shape)) if d != axis] + [f"({idx})k * {strides[axis]}"]
-    src = f"""// gather_elements axis={axis}: out0[c] = in0[c with dim {axis} replaced by wrap(in1[c])] \
-(out-of-range indices clamp)
-__kernel void KERNEL(__global const {T}* restrict in0, __global const {I}* restrict in1,
-                     __global {T}* restrict out0) {{
-    const {idx} g = get_global_id(0);
-    if (g >= {ind.numel}) return;
-    {idx} r = g;
-{chr(10).join(decode)}
-{_wrapped("k", "in1[g]", data.dims[axis])}
-    out0[g] = in0[{' + '.join(terms)}];
-}}
-"""
-    k = launch_1d(ind.numel)
-    return _one(Kernel(src, k.global_size, k.local_size))
+    return one_kernel(copy_kernel(f"pad {mode} pads={pads}: {list(x.dims)} -> {list(y.dims)}", spec, x, idx))
 
 
 # pack / unpack ----------------------------------------------------------------------------------------------
@@ -544,7 +470,7 @@ def pack(ctx: Ctx) -> Lowered:
     spec = pack_spec(x.dims, dims, tiles, perm, y.dims, literal(ctx.attr("padding_value"), x))
     what = (f"pack inner_dims_pos={dims} inner_tiles={tiles} outer_dims_perm={perm}: {list(x.dims)} -> "
             f"{list(y.dims)}")
-    return _one(copy_kernel(what, spec, x, idx))
+    return one_kernel(copy_kernel(what, spec, x, idx))
 
 
 @template("unpack")
@@ -562,61 +488,4 @@ def unpack(ctx: Ctx) -> Lowered:
             terms.append([Term(pstrides[j])])
     what = (f"unpack inner_dims_pos={dims} inner_tiles={tiles} outer_dims_perm={perm}: {list(x.dims)} -> "
             f"{list(y.dims)} (tile tails dropped)")
-    return _one(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))
-
-
-# scatter_elements -----------------------------------------------------------------------------------------
-_COMBINE = {"none": "{u}", "add": "{o} + {u}", "mul": "{o} * {u}"}
-
-
-@template("scatter_elements")
-def scatter_elements(ctx: Ctx) -> Lowered:
-    """out0 = data, then one work-item per line along `axis` applies that line's updates in order: lines
-    never write each other's elements, so the result is deterministic and matches numpy's order."""
-    from ....ir.ops.registry import norm_axis
-
-    require_static(*ctx.operands, *ctx.results)
-    data, ind, upd = ctx.operands
-    T, I = elem(data), ctype(ind)
-    red = ctx.attr("reduction")
-    if data.dtype == "i1" and red in ("add", "mul"):
-        raise NotLowerable(f"scatter_elements reduction '{red}' on i1")
-    idx = index_type(data, ind)
-    axis = norm_axis(int(ctx.attr("axis")), data.rank)
-    copy = copy_kernel("scatter_elements, step 1: out0 = in0", CopySpec([data.numel], [[Term(1)]]), data, idx)
-    shape, dstr, istr = ind.dims, row_major_strides(data.dims), row_major_strides(ind.dims)
-    lines_n = math.prod(n for d, n in enumerate(shape) if d != axis)
-    decode = []
-    rest = [d for d in range(len(shape)) if d != axis]
-    for d in reversed(rest):
-        decode.append(f"    const {idx} c{d} = r % {shape[d]}; r /= {shape[d]};")
-    ibase = " + ".join([f"c{d} * {istr[d]}" for d in rest]) or "0"
-    obase = " + ".join([f"c{d} * {dstr[d]}" for d in rest]) or "0"
-    if red in _COMBINE:
-        combine = _COMBINE[red].format(o="out0[p]", u="u")
-    else:  # max / min, NaN-propagating as numpy's maximum / minimum
-        cmp = ">" if red == "max" else "<"
-        nan = " || isnan(u)" if data.dtype in ("f32", "f64") else ""
-        combine = f"(u {cmp} out0[p]{nan}) ? u : out0[p]"
-    src = f"""// scatter_elements axis={axis} reduction={red}, step 2: for each line along dim {axis}, \
-in order: \
-out0[.., wrap(in1[.., j, ..]), ..] = {_COMBINE.get(red, red + "(out0, in2)").format(o="out0", u="in2")}
-__kernel void KERNEL(__global const {I}* restrict in1, __global const {T}* restrict in2,
-                     __global {T}* restrict out0) {{
-    const {idx} g = get_global_id(0);
-    if (g >= {lines_n}) return;
-    {idx} r = g;
-{chr(10).join(decode)}
-    const {idx} ib = {ibase}, ob = {obase};
-    for ({idx} j = 0; j < {shape[axis]}; j++) {{
-{_wrapped("k", f"in1[ib + j * {istr[axis]}]", data.dims[axis], " " * 8)}
-        const {idx} p = ob + ({idx})k * {dstr[axis]};
-        const {T} u = in2[ib + j * {istr[axis]}];
-        out0[p] = {combine};
-    }}
-}}
-"""
-    if not lines_n or not shape[axis]:
-        return Lowered([copy])
-    k = launch_1d(lines_n)
-    return Lowered([copy, Kernel(src, k.global_size, k.local_size, ("in1", "in2", "out0"))])
+    return one_kernel(copy_kernel(what, CopySpec(list(y.dims), terms), x, idx))

@@ -25,7 +25,7 @@ from ....ir.ops.registry import norm_axis
 from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, launch_1d, require_static, template
 from .elementwise import coalesce, offset
-from .reduce import (
+from .reducers import (
     Blocked,
     V,
     axis_split,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
-from .reduce import V, elem_ctype, flit, is_float, kernel_source, vec_width
+from .reducers import V, elem_ctype, flit, is_float, kernel_source, vec_width
 
 MAX_LOCAL = 256  # work-items in the scan's work-group (each loops over its share of the units past it)
 

@@ -1,5 +1,5 @@
-"""OpenCL templates of the reduction family: `reduce_*` over any set of axes, `argmax` / `argmin`, `cumsum` /
-`cumprod` and `top_k`.
+"""The OpenCL template of `reduce_*` over any set of axes (the line scans argmax / argmin, cumsum / cumprod
+and top_k are scan.py; the reducers and the helpers reduction-like templates share, reducers.py).
 
 Kernel shapes (DESIGN.md §5: on PoCL's CPU device one work-item per output looping over the reduced extent
 beats barrier trees). The operand's dims are first simplified: size-1 dims dropped, neighbours that are both
@@ -25,115 +25,31 @@ from typing import Protocol
 import numpy as np
 
 from ....ir.ops.reduce import reduced_axes
-from ....ir.ops.registry import norm_axis
 from ....ir.types import TensorType
-from .base import Ctx, DeviceInfo, Kernel, Lowered, NotLowerable, ctype, launch_1d, require_static, template
+from .base import Ctx, DeviceInfo, Kernel, Lowered, NotLowerable, launch_1d, require_static, template
+from .reducers import (
+    REDUCERS,
+    SIZES,
+    Blocked,
+    Reducer,
+    V,
+    acc_ctype,
+    combine,
+    counted,
+    elem_ctype,
+    element,
+    finish_expr,
+    flit,
+    fold_lanes,
+    indent,
+    is_float,
+    kernel_source,
+    vec_width,
+)
 
-BLOCK = 256  # float adds into a partial accumulator before it is flushed into the outer one
 SPLIT_MIN = 16384  # reduced elements per output from which a reduction with few outputs is split
 SPLIT_CHUNK = 4096  # fewest reduced elements per split
 TARGET_ITEMS = 64  # work-items a split reduction aims for
-SIZES = {"float": 4, "double": 8, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4,
-         "long": 8, "ulong": 8}
-LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "uchar": ("0", "UCHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
-          "ushort": ("0", "USHRT_MAX"), "int": ("INT_MIN", "INT_MAX"), "uint": ("0", "UINT_MAX"),
-          "long": ("LONG_MIN", "LONG_MAX"), "ulong": ("0", "ULONG_MAX"),
-          "float": ("-INFINITY", "INFINITY"), "double": ("-INFINITY", "INFINITY")}
-
-
-# shared helpers (norm.py uses them too) -----------------------------------------------------------------
-def elem_ctype(t: TensorType, device: DeviceInfo) -> str:
-    """The OpenCL type of `t`'s elements, refusing what the templates cannot compute with."""
-    c = ctype(t)
-    if c not in SIZES:
-        raise NotLowerable(f"element type {t.dtype} is not supported by this template")
-    if c == "double" and not device.fp64:
-        raise NotLowerable("f64 needs cl_khr_fp64")
-    return c
-
-
-def is_float(c: str) -> bool:
-    return c in ("float", "double")
-
-
-def vec_width(c: str, device: DeviceInfo) -> int:
-    """Lanes of one SIMD register (the device's float width, scaled by element size), at most 16."""
-    return max(1, min(16, device.vector_width * 4 // SIZES[c]))
-
-
-def flit(v: float, c: str) -> str:
-    """A C literal of value `v` in float type `c`, exact for that type."""
-    if np.isnan(v):
-        return "NAN"
-    if np.isinf(v):
-        return "INFINITY" if v > 0 else "-INFINITY"
-    x = np.float32(v) if c == "float" else np.float64(v)
-    if x == int(x) and abs(x) < 2**24:
-        text = f"{int(x)}.0"
-    elif 1e-4 <= abs(x) < 1e6:
-        text = np.format_float_positional(x, unique=True, trim="0")
-    else:
-        text = np.format_float_scientific(x, unique=True, trim="0")
-    return text + ("f" if c == "float" else "")
-
-
-@dataclass(frozen=True)
-class V:
-    """C spellings for values of `c` handled `w` lanes at a time (w == 1: scalars)."""
-
-    c: str
-    w: int
-
-    @property
-    def t(self) -> str:
-        return self.c if self.w == 1 else f"{self.c}{self.w}"
-
-    def load(self, ptr: str, off: str) -> str:
-        return f"{ptr}[{off}]" if self.w == 1 else f"vload{self.w}(0, {ptr} + {off})"
-
-    def store(self, val: str, ptr: str, off: str) -> str:
-        return f"{ptr}[{off}] = {val};" if self.w == 1 else f"vstore{self.w}({val}, 0, {ptr} + {off});"
-
-    def splat(self, scalar: str) -> str:
-        return scalar if self.w == 1 else f"({self.t})({scalar})"
-
-    def to(self, val: str, c: str) -> str:
-        """`val` reinterpreted as type `c` of the same size (a modular conversion for integers)."""
-        if c == self.c:
-            return val
-        return f"({c})({val})" if self.w == 1 else f"as_{c}{self.w}({val})"
-
-    def pick(self, a: str, b: str, cond_vec: str, cond_scalar: str) -> str:
-        """`b` where the condition holds, else `a`."""
-        if self.w == 1:
-            return f"({cond_scalar}) ? {b} : {a}"
-        return f"select({a}, {b}, {cond_vec})"
-
-
-def combine(kind: str, v: V, a: str, b: str) -> str:
-    """The C expression combining accumulator `a` with value `b`; max/min propagate NaN as numpy does."""
-    if kind == "add":
-        return f"{a} + {b}"
-    if kind == "mul":
-        return f"{a} * {b}"
-    if not is_float(v.c):
-        return f"{kind}({a}, {b})"
-    rel, srel = ("isgreater", ">") if kind == "max" else ("isless", "<")
-    return v.pick(a, b, f"{rel}({b}, {a}) | isnan({b})", f"{b} {srel} {a} || isnan({b})")
-
-
-def fold_lanes(kind: str, v: V, acc: str) -> list[str]:
-    """Statements folding vector `acc` into the scalar `{acc}_s` by halves (a pairwise order)."""
-    lines, w, name = [], v.w, acc
-    while w > 1:
-        half = V(v.c, w // 2)
-        lo, hi = (f"{name}.s0", f"{name}.s1") if w == 2 else (f"{name}.lo", f"{name}.hi")
-        new = f"{acc}_{w // 2}" if w > 2 else f"{acc}_s"
-        lines.append(f"{half.t} {new} = {combine(kind, half, lo, hi)};")
-        name, w = new, w // 2
-    if v.w == 1:
-        lines.append(f"{v.t} {acc}_s = {acc};")
-    return lines
 
 
 def simplify(shape: tuple[int, ...], reduced: set[int]) -> list[list[int]]:
@@ -168,45 +84,6 @@ def offset_code(idx: str, groups: list[list[int]], out: str, it: str) -> list[st
     return lines
 
 
-def indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + ln if ln else ln for ln in lines]
-
-
-def kernel_source(comment: str, params: list[str], body: list[str]) -> str:
-    head = f"// {comment}\n__kernel void KERNEL({', '.join(params)}) {{\n"
-    return head + "\n".join(indent(body)) + "\n}\n"
-
-
-class Blocked:
-    """An accumulator `name` of type `v`; when `blocked`, adds go to `{name}_p`, flushed every BLOCK adds."""
-
-    def __init__(self, name: str, v: V, kind: str, init: str, blocked: bool) -> None:
-        self.name, self.v, self.kind, self.init, self.blocked = name, v, kind, init, blocked
-
-    def decl(self) -> list[str]:
-        lines = [f"{self.v.t} {self.name} = {self.v.splat(self.init)};"]
-        if self.blocked:
-            lines.append(f"{self.v.t} {self.name}_p = {self.v.splat(self.init)};")
-        return lines
-
-    def add(self, val: str) -> list[str]:
-        tgt = f"{self.name}_p" if self.blocked else self.name
-        return [f"{tgt} = {combine(self.kind, self.v, tgt, val)};"]
-
-    def flush(self) -> list[str]:
-        if not self.blocked:
-            return []
-        return [f"{self.name} += {self.name}_p; {self.name}_p = {self.v.splat(self.init)};"]
-
-
-def counted(accs: list[Blocked], counter: str = "nadd") -> list[str]:
-    """After one add: flush the blocked accumulators every BLOCK adds (counted in int `counter`)."""
-    flush = [s for a in accs for s in a.flush()]
-    if not flush:
-        return []
-    return [f"if (++{counter} == {BLOCK}) {{", *indent(flush), f"    {counter} = 0;", "}"]
-
-
 # reduce_* -------------------------------------------------------------------------------------------------
 class Epilogue(Protocol):
     """A fused elementwise epilogue on each stored output (norm.Hook is one): `apply(value, v, pos)` gives
@@ -224,47 +101,6 @@ Store = Callable[[str, V, str], str]  # (value, lanes, flat output index) -> the
 
 def _plain(x: str, v: V, pos: str) -> str:
     return x
-
-
-@dataclass(frozen=True)
-class Reducer:
-    kind: str  # combine: add | mul | max | min
-    pre: str = "{}"  # applied to each element in its own type (|x| must see the sign)
-    post: str = "{}"  # applied after the conversion to the accumulator type
-    finish: str = "{}"  # on the accumulated value; {n} is the reduced count as a literal
-
-    def identity(self, c: str) -> str:
-        if self.kind == "add":
-            return flit(0.0, c) if is_float(c) else "0"
-        if self.kind == "mul":
-            return flit(1.0, c) if is_float(c) else "1"
-        return LIMITS[c][0 if self.kind == "max" else 1]
-
-
-REDUCERS = {
-    "reduce_sum": Reducer("add"),
-    "reduce_mean": Reducer("add", finish="{} / {n}"),
-    "reduce_max": Reducer("max"),
-    "reduce_min": Reducer("min"),
-    "reduce_prod": Reducer("mul"),
-    "reduce_l1": Reducer("add", pre="abs"),
-    "reduce_l2": Reducer("add", post="{0} * {0}", finish="sqrt({})"),
-    "reduce_sum_square": Reducer("add", post="{0} * {0}"),
-    "reduce_log_sum_exp": Reducer("add"),  # special-cased: a max pass, then a sum of exp(x - max)
-}
-
-
-def acc_ctype(r: Reducer, c: str) -> str:
-    """Integer sums and products accumulate unsigned, so they wrap like the reference without UB."""
-    if r.kind in ("add", "mul") and not is_float(c):
-        return "u" + c if not c.startswith("u") else c
-    return c
-
-
-def apply_pre(r: Reducer, c: str, val: str) -> str:
-    if r.pre == "abs":
-        return f"fabs({val})" if is_float(c) else f"abs({val})"
-    return r.pre.format(val)
 
 
 @dataclass
@@ -397,18 +233,6 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
                                f"__global {c}* restrict out0"], body2)
     k2.args = ("tmp0", *extra, "out0")
     return Lowered([k, k2], scratch=[S * plan.n_out * SIZES[a]], schedule=sched)
-
-
-def finish_expr(r: Reducer, v: V, val: str, n: int, c: str) -> str:
-    out = r.finish.format(val, n=flit(float(n), c) if is_float(c) else n)
-    return V(v.c, v.w).to(out, c) if v.c != c else out
-
-
-def element(r: Reducer, c: str, a: str, v: V, load: str) -> str:
-    """One loaded element as the accumulator sees it: pre, conversion, post."""
-    val = apply_pre(r, c, load)
-    val = V(c, v.w).to(val, a) if a != c else val
-    return r.post.format(val)
 
 
 def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool,
@@ -546,127 +370,3 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
 @template(*REDUCERS)
 def reduce_template(ctx: Ctx) -> Lowered:
     return reduce_kernels(ctx.op_name, ctx.operands[0], ctx.results[0], reduced_axes(ctx.sig), ctx.device)
-
-
-# argmax / argmin ------------------------------------------------------------------------------------------
-def axis_split(x: TensorType, axis: int) -> tuple[int, int, int]:
-    """(outer, n, inner): the sizes before, at and after `axis`."""
-    d = x.dims
-    return int(np.prod(d[:axis], dtype=np.int64)), d[axis], int(np.prod(d[axis + 1:], dtype=np.int64))
-
-
-def line_start(idx: str, n: int, inner: int) -> str:
-    """Offset of the first element of line `idx` of a (outer, n, inner) tensor, lines running along n."""
-    return f"{idx} * {n}" if inner == 1 else f"({idx} / {inner}) * {n * inner} + {idx} % {inner}"
-
-
-@template("argmax", "argmin")
-def arg_template(ctx: Ctx) -> Lowered:
-    """One work-item per output scanning its line; NaN counts as the extreme (numpy's argmax/argmin)."""
-    x, y = ctx.operands[0], ctx.results[0]
-    require_static(x, y)
-    c = elem_ctype(x, ctx.device)
-    axis = norm_axis(ctx.attr("axis"), x.rank)
-    outer, n, inner = axis_split(x, axis)
-    if n == 0:
-        raise NotLowerable(f"{ctx.op_name} over an empty axis")
-    last = ctx.attr("select_last_index")
-    rel = (">" if ctx.op_name == "argmax" else "<") + ("=" if last else "")
-    better = f"v {rel} best"
-    if is_float(c):
-        better += " || isnan(v)" if last else " || (isnan(v) && !isnan(best))"
-    it = "int" if x.numel < 2**31 else "long"
-    body = [f"const {it} o = get_global_id(0);", f"if (o >= {y.numel}) return;",
-            f"const __global {c}* p = in0 + {line_start('o', n, inner)};",
-            f"{c} best = p[0];", "long idx = 0;",
-            f"for ({it} i = 1; i < {n}; ++i) {{",
-            f"    const {c} v = p[{'i' if inner == 1 else f'i * {inner}'}];",
-            f"    if ({better}) {{ best = v; idx = i; }}", "}", "out0[o] = idx;"]
-    k = launch_1d(y.numel)
-    what = f"{ctx.op_name} along axis {axis} of {x} ({'last' if last else 'first'} index of the extreme)"
-    params = [f"__global const {c}* restrict in0", "__global long* restrict out0"]
-    k.source = kernel_source(what, params, body)
-    return Lowered([k])
-
-
-# cumsum / cumprod -----------------------------------------------------------------------------------------
-@template("cumsum", "cumprod")
-def scan_template(ctx: Ctx) -> Lowered:
-    """One work-item per line along `axis`, a sequential running sum/product (numpy's accumulate order);
-    neighbouring work-items read neighbouring elements when the axis is not the innermost."""
-    x = ctx.operands[0]
-    require_static(x)
-    c = elem_ctype(x, ctx.device)
-    axis = norm_axis(ctx.attr("axis"), x.rank)
-    outer, n, inner = axis_split(x, axis)
-    a = c if is_float(c) or c.startswith("u") else "u" + c
-    op = "+" if ctx.op_name == "cumsum" else "*"
-    ident = (flit(0.0, c) if op == "+" else flit(1.0, c)) if is_float(c) else ("0" if op == "+" else "1")
-    rev, exc = ctx.attr("reverse"), ctx.attr("exclusive")
-    it = "int" if x.numel < 2**31 else "long"
-    lines = outer * inner
-    loop = f"for ({it} i = {n - 1}; i >= 0; --i)" if rev else f"for ({it} i = 0; i < {n}; ++i)"
-    at = "i" if inner == 1 else f"i * {inner}"
-    conv = f"({a})" if a != c else ""
-    back = f"({c})" if a != c else ""
-    step = ([f"out0[o + {at}] = {back}acc;", f"acc = acc {op} {conv}in0[o + {at}];"] if exc else
-            [f"acc = acc {op} {conv}in0[o + {at}];", f"out0[o + {at}] = {back}acc;"])
-    body = [f"const {it} l = get_global_id(0);", f"if (l >= {lines}) return;",
-            f"const {it} o = {line_start('l', n, inner)};",
-            f"{a} acc = {ident};", f"{loop} {{", *indent(step), "}"]
-    k = launch_1d(lines) if x.numel else Kernel("", (0,))
-    what = (f"{ctx.op_name} along axis {axis} of {x}" + (", reversed" if rev else "")
-            + (", exclusive" if exc else ""))
-    params = [f"__global const {c}* restrict in0", f"__global {c}* restrict out0"]
-    k.source = kernel_source(what, params, body)
-    return Lowered([k])
-
-
-# top_k ----------------------------------------------------------------------------------------------------
-TOP_K_MAX = 64
-
-
-@template("top_k")
-def top_k_template(ctx: Ctx) -> Lowered:
-    """One work-item per line keeps the best k (value, index) pairs sorted in private memory, inserting each
-    element (O(n·k), so k is capped). Order: NaN above everything, ties by lower index, as the reference."""
-    x = ctx.operands[0]
-    require_static(x)
-    c = elem_ctype(x, ctx.device)
-    k_ = ctx.attr("k")
-    if k_ > TOP_K_MAX:
-        raise NotLowerable(f"top_k with k = {k_} > {TOP_K_MAX}")
-    axis = norm_axis(ctx.attr("axis"), x.rank)
-    outer, n, inner = axis_split(x, axis)
-    largest = ctx.attr("largest")
-    rel = ">" if largest else "<"
-    # strictly better than the kept value `bv` (elements arrive in index order, so ties keep the earlier)
-    if is_float(c):
-        nan_rule = "(isnan(v) && !isnan(bv))" if largest else "(!isnan(v) && isnan(bv))"
-        better = f"(v {rel} bv || {nan_rule})"
-    else:
-        better = f"(v {rel} bv)"
-    it = "int" if x.numel < 2**31 else "long"
-    lines = outer * inner
-    at = f" * {inner}" if inner > 1 else ""
-    body = [f"const {it} l = get_global_id(0);", f"if (l >= {lines}) return;",
-            f"const {it} o = {line_start('l', n, inner)};",
-            f"const {it} ob = {line_start('l', k_, inner)};",
-            f"{c} val[{max(k_, 1)}];", f"long idx[{max(k_, 1)}];", "int cnt = 0;",
-            f"for ({it} i = 0; i < {n}; ++i) {{",
-            f"    const {c} v = in0[o + i{at}];",
-            "    int j = cnt;",
-            "    while (j > 0) {",
-            f"        const {c} bv = val[j - 1];",
-            f"        if (!{better}) break;",
-            f"        if (j < {k_}) {{ val[j] = bv; idx[j] = idx[j - 1]; }}",
-            "        --j;",
-            "    }",
-            f"    if (j < {k_}) {{ val[j] = v; idx[j] = i; if (cnt < {k_}) ++cnt; }}",
-            "}",
-            f"for (int j = 0; j < {k_}; ++j) {{ out0[ob + j{at}] = val[j]; out1[ob + j{at}] = idx[j]; }}"]
-    kern = launch_1d(lines) if lines and k_ else Kernel("", (0,))
-    what = f"top_k k={k_} {'largest' if largest else 'smallest'} along axis {axis} of {x}"
-    kern.source = kernel_source(what, [f"__global const {c}* restrict in0", f"__global {c}* restrict out0",
-                                       "__global long* restrict out1"], body)
-    return Lowered([kern])

@@ -1,0 +1,153 @@
+"""Indexed copies: `gather`, `gather_elements` and `scatter_elements`.
+
+Gather and gather_elements wrap negative indices as the reference does and clamp out-of-range ones into
+the dim (the reference raises for those), so no kernel reads out of bounds; scatter_elements copies its
+data with movement.py's strided copy, then applies each line's updates in order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import (
+    Ctx,
+    Kernel,
+    Lowered,
+    NotLowerable,
+    ctype,
+    index_type,
+    launch_1d,
+    require_static,
+    row_major_strides,
+    template,
+)
+from .movement import CopySpec, Term, copy_kernel, elem, empty_kernel, one_kernel, vector_width
+
+
+def _wrapped(var: str, load: str, d: int, pad: str = "    ") -> str:
+    """C lines setting `var` to index `load` with negatives wrapped and out-of-range values clamped."""
+    return (f"{pad}long {var} = (long)({load});\n{pad}if ({var} < 0) {var} += {d};\n"
+            f"{pad}{var} = clamp({var}, 0L, {d - 1}L);")
+
+
+@template("gather")
+def gather(ctx: Ctx) -> Lowered:
+    from ....ir.ops.registry import norm_axis
+
+    require_static(*ctx.operands, *ctx.results)
+    data, ind = ctx.operands
+    y = ctx.results[0]
+    T, I = elem(data), ctype(ind)
+    idx = index_type(data, ind, y)
+    axis = norm_axis(int(ctx.attr("axis")), data.rank)
+    d = data.dims[axis]
+    outer, inner, nidx = math.prod(data.dims[:axis]), math.prod(data.dims[axis + 1:]), ind.numel
+    v = vector_width(data.itemsize, inner)
+    items = outer * nidx * inner // v
+    if not items or not d:
+        return one_kernel(empty_kernel(f"gather axis={axis}", T))
+    load = f"vload{v}(0, in0 + s)" if v > 1 else "in0[s]"
+    store = f"vstore{v}({load}, 0, out0 + g * {v});" if v > 1 else f"out0[g] = {load};"
+    src = f"""// gather axis={axis}: out0[o, j, i] = in0[o, wrap(in1[j]), i] over [{outer}, {nidx}, {inner}] \
+(negative indices wrap, out-of-range ones clamp)
+__kernel void KERNEL(__global const {T}* restrict in0, __global const {I}* restrict in1,
+                     __global {T}* restrict out0) {{
+    const {idx} g = get_global_id(0);
+    if (g >= {items}) return;
+    const {idx} i = (g % {inner // v}) * {v}, j = (g / {inner // v}) % {nidx}, o = g / {inner // v * nidx};
+{_wrapped("k", "in1[j]", d)}
+    const {idx} s = o * {d * inner} + ({idx})k * {inner} + i;
+    {store}
+}}
+"""
+    k = launch_1d(items)
+    return one_kernel(Kernel(src, k.global_size, k.local_size), vec=v)
+
+
+@template("gather_elements")
+def gather_elements(ctx: Ctx) -> Lowered:
+    from ....ir.ops.registry import norm_axis
+
+    require_static(*ctx.operands, *ctx.results)
+    data, ind = ctx.operands
+    T, I = elem(data), ctype(ind)
+    idx = index_type(data, ind)
+    axis = norm_axis(int(ctx.attr("axis")), data.rank)
+    shape, strides = ind.dims, row_major_strides(data.dims)
+    if not ind.numel or not data.dims[axis]:
+        return one_kernel(empty_kernel(f"gather_elements axis={axis}", T))
+    decode = []
+    for d in range(len(shape) - 1, 0, -1):
+        decode.append(f"    const {idx} c{d} = r % {shape[d]}; r /= {shape[d]};")
+    decode.append(f"    const {idx} c0 = r;")
+    terms = [f"c{d} * {strides[d]}" for d in range(len(shape)) if d != axis] + [f"({idx})k * {strides[axis]}"]
+    src = f"""// gather_elements axis={axis}: out0[c] = in0[c with dim {axis} replaced by wrap(in1[c])] \
+(out-of-range indices clamp)
+__kernel void KERNEL(__global const {T}* restrict in0, __global const {I}* restrict in1,
+                     __global {T}* restrict out0) {{
+    const {idx} g = get_global_id(0);
+    if (g >= {ind.numel}) return;
+    {idx} r = g;
+{chr(10).join(decode)}
+{_wrapped("k", "in1[g]", data.dims[axis])}
+    out0[g] = in0[{' + '.join(terms)}];
+}}
+"""
+    k = launch_1d(ind.numel)
+    return one_kernel(Kernel(src, k.global_size, k.local_size))
+
+
+_COMBINE = {"none": "{u}", "add": "{o} + {u}", "mul": "{o} * {u}"}
+
+
+@template("scatter_elements")
+def scatter_elements(ctx: Ctx) -> Lowered:
+    """out0 = data, then one work-item per line along `axis` applies that line's updates in order: lines
+    never write each other's elements, so the result is deterministic and matches numpy's order."""
+    from ....ir.ops.registry import norm_axis
+
+    require_static(*ctx.operands, *ctx.results)
+    data, ind, upd = ctx.operands
+    T, I = elem(data), ctype(ind)
+    red = ctx.attr("reduction")
+    if data.dtype == "i1" and red in ("add", "mul"):
+        raise NotLowerable(f"scatter_elements reduction '{red}' on i1")
+    idx = index_type(data, ind)
+    axis = norm_axis(int(ctx.attr("axis")), data.rank)
+    copy = copy_kernel("scatter_elements, step 1: out0 = in0", CopySpec([data.numel], [[Term(1)]]), data, idx)
+    shape, dstr, istr = ind.dims, row_major_strides(data.dims), row_major_strides(ind.dims)
+    lines_n = math.prod(n for d, n in enumerate(shape) if d != axis)
+    decode = []
+    rest = [d for d in range(len(shape)) if d != axis]
+    for d in reversed(rest):
+        decode.append(f"    const {idx} c{d} = r % {shape[d]}; r /= {shape[d]};")
+    ibase = " + ".join([f"c{d} * {istr[d]}" for d in rest]) or "0"
+    obase = " + ".join([f"c{d} * {dstr[d]}" for d in rest]) or "0"
+    if red in _COMBINE:
+        combine = _COMBINE[red].format(o="out0[p]", u="u")
+    else:  # max / min, NaN-propagating as numpy's maximum / minimum
+        cmp = ">" if red == "max" else "<"
+        nan = " || isnan(u)" if data.dtype in ("f32", "f64") else ""
+        combine = f"(u {cmp} out0[p]{nan}) ? u : out0[p]"
+    src = f"""// scatter_elements axis={axis} reduction={red}, step 2: for each line along dim {axis}, \
+in order: \
+out0[.., wrap(in1[.., j, ..]), ..] = {_COMBINE.get(red, red + "(out0, in2)").format(o="out0", u="in2")}
+__kernel void KERNEL(__global const {I}* restrict in1, __global const {T}* restrict in2,
+                     __global {T}* restrict out0) {{
+    const {idx} g = get_global_id(0);
+    if (g >= {lines_n}) return;
+    {idx} r = g;
+{chr(10).join(decode)}
+    const {idx} ib = {ibase}, ob = {obase};
+    for ({idx} j = 0; j < {shape[axis]}; j++) {{
+{_wrapped("k", f"in1[ib + j * {istr[axis]}]", data.dims[axis], " " * 8)}
+        const {idx} p = ob + ({idx})k * {dstr[axis]};
+        const {T} u = in2[ib + j * {istr[axis]}];
+        out0[p] = {combine};
+    }}
+}}
+"""
+    if not lines_n or not shape[axis]:
+        return Lowered([copy])
+    k = launch_1d(lines_n)
+    return Lowered([copy, Kernel(src, k.global_size, k.local_size, ("in1", "in2", "out0"))])
