@@ -1,6 +1,6 @@
-"""An inverted residual's expansion computed in the depthwise conv's fill (fuse's expansion prologue, conv.py
-`depthwise_expand_source`): blocks as PyTorch exports them, at -O2 against onnxruntime, on a CPU (work-item
-0 fills) and as a GPU runs the fill (every work-item a share of the rows)."""
+"""An inverted residual's expansion computed in the depthwise conv's fill (fuse's expansion prologue,
+conv_depthwise.py `depthwise_expand_source`): blocks as PyTorch exports them, at -O2 against onnxruntime,
+on a CPU (work-item 0 fills) and as a GPU runs the fill (every work-item a share of the rows)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tessel.ir.types import TensorType
 from tessel.targets.opencl.kernels.base import DeviceInfo, NotLowerable
-from tessel.targets.opencl.kernels.conv import pick_tile
+from tessel.targets.opencl.kernels.conv_geometry import pick_tile
 from tessel.targets.opencl.kernels.testing import check_op
 from tessel.targets.opencl.kernels.testing import lower_op as lower_for
 

@@ -1,4 +1,8 @@
-"""OpenCL C kernel templates, one module per op family; each registers its ops in `base.TEMPLATES`."""
+"""OpenCL C kernel templates, one module per op family; each registers its ops in `base.TEMPLATES`.
+
+FAMILIES are the modules that register templates; the others are their helpers, imported by them
+(base.py, reducers.py; conv_*.py and winograd.py by conv.py; fused_*.py and gate.py by fused.py).
+"""
 
 from __future__ import annotations
 

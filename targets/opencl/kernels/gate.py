@@ -19,7 +19,7 @@ from __future__ import annotations
 from ....ir.core import Op, Value
 from ....ir.ops.reduce import reduced_axes
 from .base import Ctx, Kernel, Lowered, NotLowerable
-from .fused import Chain, Region, Space, chain_spaces, check_types, finish
+from .fused_chain import Chain, Region, Space, chain_spaces, check_types, finish
 from .reducers import V, combine, fold_lanes
 
 GPU_ITEMS = 64
