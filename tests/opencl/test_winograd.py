@@ -48,7 +48,10 @@ def test_winograd_matches_the_reference(case, pads, blocks) -> None:
 
 def test_winograd_without_bias_and_rows_override() -> None:
     ins, attrs = conv_case(1, 32, 32, 12, 3, p=1, bias=False)
-    low = check_blocked("conv2d", ins, attrs, 16, 16, schedule={"winograd": 1, "rows": 5}, constant=CONST[:2])
+    # 12x12 is 9 tiles: F(4x4) since MIN_TILES_4X4 = 9, with F(4x4)'s tolerance (the inputs come from the
+    # module's shared generator, so they depend on which tests ran before: 1e-4 held for some orders only)
+    low = check_blocked("conv2d", ins, attrs, 16, 16, schedule={"winograd": 1, "rows": 5}, constant=CONST[:2],
+                        atol=1e-3)
     assert low.schedule["rows"] == 5 and low.kernels[2].args == ("tmp1", "out0")
 
 
