@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
+from .gemm import aligned_strides, batch_offset
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
-REQUANT_OPS = ("qconv2d", "qmatmul")
 
 
 def _check(ctx: Ctx) -> None:
@@ -58,33 +58,42 @@ def _element(t: TensorType, i: str) -> str:
     return "0" if t.numel == 1 else i
 
 
-def _requant(ctx: Ctx, acc: str, ch: str, w: int, per_lane: bool) -> str:
-    """The stored vector for accumulator vector `acc` (int<w>) of channel `ch` (`per_lane`: the lanes
-    are channels ch .. ch + w - 1, else all are channel ch): as is for the integer ops, else requantized
-    (operands 4, 5, 6: scale, output zero point, bias)."""
+def _channels(arg: str, t: TensorType, ct: str, w: int, base: str, count: int = 0,
+              whole: bool = False) -> str:
+    """`w` lanes (`ct`) of per-channel operand `arg`: its one element in every lane when it has one;
+    with `count` channels, channels base .. base + w - 1 (one vector load when `whole`: they never pass
+    the end; else lanes past channel count - 1 read it); with no `count`, channel `base` in every lane."""
+    if t.numel == 1:
+        return f"({ct}{w})(({ct}){arg}[0])"
+    if not count:
+        return f"({ct}{w})(({ct}){arg}[{base}])"
+    if whole:
+        return f"convert_{ct}{w}(vload{w}(0, {arg} + {base}))"
+    items = ", ".join(f"({ct}){arg}[min({base} + {j}, {count - 1})]" for j in range(w))
+    return f"(({ct}{w})({items}))"
+
+
+def _requant(ctx: Ctx, acc: str, w: int, base: str, count: int = 0, whole: bool = False) -> str:
+    """The stored vector for accumulator vector `acc` (int<w>), its lanes' channels as `_channels` says:
+    as is for the integer ops, else requantized (operands 4, 5, 6: scale, output zero point, bias)."""
     if ctx.op_name in INTEGER_OPS:
         return acc
     scale, yz = ctx.operands[4:6]
     real = "double" if ctx.device.fp64 else "float"
     rv = f"{real}{w}"
-
-    def channel(arg: str, t: TensorType, ct: str) -> str:
-        if t.numel == 1:
-            return f"({ct}{w})({arg}[0])"
-        return f"convert_{ct}{w}(vload{w}(0, {arg} + {ch}))" if per_lane else f"({ct}{w})({arg}[{ch}])"
-
     v = acc
     if len(ctx.operands) == 7:
-        v = f"({v} + {channel('in6', ctx.operands[6], 'int')})"
+        v = f"({v} + {_channels('in6', ctx.operands[6], 'int', w, base, count, whole)})"
     tlo, thi = int_range(yz.dtype)
     lo, hi = max(ctx.attr("min"), tlo), min(ctx.attr("max"), thi)
     if lo > hi:
         raise NotLowerable(f"bounds [{ctx.attr('min')}, {ctx.attr('max')}] are outside {yz.dtype}")
-    real_v = f"rint(convert_{rv}({v}) * {channel('in4', scale, real)} + ({rv})({real})in5[0])"
+    sc = _channels("in4", scale, real, w, base, count, whole)
+    real_v = f"rint(convert_{rv}({v}) * {sc} + ({rv})({real})in5[0])"
     return f"convert_{ctype(yz)}{w}(clamp({real_v}, ({rv})({lo}), ({rv})({hi})))"
 
 
-def _params(ctx: Ctx, first: str, packed_w: bool = True) -> str:
+def _params(ctx: Ctx, first: str) -> str:
     names = [first, f"__global const {ctype(ctx.operands[1])}* restrict in1"]
     for i, t in enumerate(ctx.operands[2:], start=2):
         names.append(f"__global const {ctype(t)}* restrict in{i}")
@@ -208,10 +217,8 @@ def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
 
     def col(p: int) -> str:
         return f"c{p}" if direct else str(p)
-    wzv = (f"({vi})((int)in3[0])" if wz.numel == 1
-           else f"convert_{vi}(vload{lanes}(0, in3 + oc0))" if og % lanes == 0
-           else f"(({vi})(" + ", ".join(f"(int)in3[min(oc0 + {j}, {w.dims[0] - 1})]" for j in range(lanes))
-           + "))")
+    whole = og % lanes == 0  # lane blocks never pass the group's (and the op's) last channel
+    wzv = _channels("in3", wz, "int", lanes, "oc0", w.dims[0], whole)
     taps = []
     for ky in range(geo.kh):
         for kx in range(geo.kw):
@@ -224,12 +231,10 @@ def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
 {macs}
         }}""")
     accs = "\n".join(f"    {vi} a{p} = 0;" for p in range(px))
-    per_lane = og % lanes == 0
     stores = []
     for p in range(px):
         acc = f"(a{p} - xz * ws)" if direct else f"a{p}"
-        val = _requant(ctx, acc, "oc0", lanes, per_lane=True) if per_lane or _all_scalar(ctx) \
-            else _requant_lanes(ctx, acc, lanes, w.dims[0], "oc0")
+        val = _requant(ctx, acc, lanes, "oc0", w.dims[0], whole)
         stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
         const {ctype(y)}{lanes} v = {val};
         for (int j = 0; j < nch; ++j)
@@ -308,7 +313,7 @@ def _conv_pixel_lanes(ctx: Ctx) -> Lowered:
     stores = []
     for o in range(ob):
         oc = f"oc0 + {o}"
-        val = _requant(ctx, f"a{o}", oc, px, per_lane=False)
+        val = _requant(ctx, f"a{o}", px, oc)
         out = f"out0 + ((b * {geo.m} + {oc}) * {geo.ho} + oy) * {geo.wo} + ox0"
         stores.append(f"""    {{
         const {ctype(y)}{px} v = {val};
@@ -348,24 +353,9 @@ __kernel void KERNEL({_params(ctx, "__global const short* restrict tmp0")}) {{
 
 
 def _batch_offset(batch: tuple[int, ...], shape: tuple[int, ...], size: int, q: str) -> str:
-    """The element offset of the matrix (of `size` elements) of an operand of `shape` (broadcast over
-    the result's `batch` dims) for flat batch index `q`."""
-    own = shape[:-2]
-    own = (1,) * (len(batch) - len(own)) + own
-    terms, stride = [], size
-    strides = []
-    for d in reversed(own):
-        strides.append(stride if d != 1 else 0)
-        stride *= d
-    strides.reverse()
-    for k, (d, st) in enumerate(zip(batch, strides, strict=True)):
-        if st == 0:
-            continue
-        inner = math.prod(batch[k + 1:])
-        t = f"({q} / {inner})" if inner > 1 else q
-        t = f"({t} % {d})" if k else t
-        terms.append(f"{t} * {st}")
-    return " + ".join(terms) or "0"
+    """The element offset of the matrix (of `size` elements) of an operand of `shape`, broadcast over
+    the result's `batch` dims, for flat batch index `q` (gemm's helpers)."""
+    return batch_offset(q, batch, aligned_strides(batch, shape[:-2], size))
 
 
 @template("matmul_integer", "qmatmul")
@@ -388,20 +378,11 @@ def lower_integer_matmul(ctx: Ctx) -> Lowered:
                        for r in range(ob))
     macs = "\n".join(f"        a{r} += bv * ({vi})(x{r});" for r in range(ob))
     accs = "\n".join(f"    {vi} a{r} = 0; int sa{r} = 0;" for r in range(ob))
-    bzv = (f"convert_{vi}(vload{cols}(0, in3 + n0))" if bz.numel > 1 and nn % cols == 0
-           else f"({vi})(in3[0])" if bz.numel == 1 else None)
+    whole = nn % cols == 0
+    bzv = _channels("in3", bz, "int", cols, "n0", nn, whole)
     stores = []
     for r in range(ob):
-        ch = "n0"
-        if bzv is None:  # per-column zero point, N not whole vectors: per lane
-            fix_bz = f"({vi})(0)"
-            lanes = ", ".join(f"(int)in3[min(n0 + {j}, {nn - 1})]" for j in range(cols))
-            fix_bz = f"(({vi})({lanes}))"
-        else:
-            fix_bz = bzv
-        fix = f"a{r} - {fix_bz} * sa{r}"
-        val = _requant(ctx, fix, ch, cols, per_lane=True) if nn % cols == 0 or _all_scalar(ctx) \
-            else _requant_lanes(ctx, fix, cols, nn)
+        val = _requant(ctx, f"a{r} - {bzv} * sa{r}", cols, "n0", nn, whole)
         out = f"out0 + (q * {mm} + m0 + {r}) * {nn} + n0"
         stores.append(f"""    if (m0 + {r} < {mm}) {{
         const {ctype(y)}{cols} v = {val};
@@ -433,29 +414,3 @@ __kernel void KERNEL({_params(ctx, f"__global const {ctype(a)}* restrict in0")})
     rank = bt.rank
     low.pack[1] = PackSpec((rank - 1,), (cols,), tuple(range(rank - 2)) + (rank - 1, rank - 2))
     return low
-
-
-def _all_scalar(ctx: Ctx) -> bool:
-    """Whether every per-column operand of the requantization has one element (or there is none)."""
-    return ctx.op_name in INTEGER_OPS or all(t.numel == 1 for t in [ctx.operands[4], *ctx.operands[6:]])
-
-
-def _requant_lanes(ctx: Ctx, acc: str, w: int, nn: int, base: str = "n0") -> str:
-    """_requant for per-channel operands when the channels are not whole vectors: lanes from `base`, the
-    ones past channel nn - 1 reading it."""
-    scale, yz = ctx.operands[4:6]
-    real = "double" if ctx.device.fp64 else "float"
-    rv = f"{real}{w}"
-
-    def lanes(arg: str, ct: str) -> str:
-        items = ", ".join(f"({ct}){arg}[min({base} + {j}, {nn - 1})]" for j in range(w))
-        return f"(({ct}{w})({items}))"
-
-    v = acc
-    if len(ctx.operands) == 7:
-        v = f"({v} + {lanes('in6', 'int') if ctx.operands[6].numel > 1 else f'(int{w})(in6[0])'})"
-    sc = lanes("in4", real) if scale.numel > 1 else f"({rv})(in4[0])"
-    tlo, thi = int_range(yz.dtype)
-    lo, hi = max(ctx.attr("min"), tlo), min(ctx.attr("max"), thi)
-    real_v = f"rint(convert_{rv}({v}) * {sc} + ({rv})({real})in5[0])"
-    return f"convert_{ctype(yz)}{w}(clamp({real_v}, ({rv})({lo}), ({rv})({hi})))"
