@@ -18,6 +18,7 @@ they are), and ops whose f16 values are not tensors of numbers (none today).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,13 +37,17 @@ def _has_f16(op: Op, types: tuple[str, ...] = HALF) -> bool:
     return any(t.dtype in types for t in [*op.operand_types, *op.result_types])
 
 
-def _half_weights(op: Op) -> bool:
-    """A matmul / gemm reading f16 / bf16 constant weights with an f32 A: its template takes them as
-    they are."""
+def _is_const(v: Value) -> bool:
+    return v.op is not None and v.op.name == "const"
+
+
+def _half_weights(op: Op, constant: Callable[[Value], bool] = _is_const) -> bool:
+    """A matmul / gemm reading f16 / bf16 weights that are `constant` with an f32 A: its template takes
+    them as they are."""
     if op.name not in ("matmul", "gemm") or op.operand_types[0].dtype != "f32":
         return False
     b = op.operands[1]
-    return (b.type.dtype in HALF and b.op is not None and b.op.name == "const"
+    return (b.type.dtype in HALF and constant(b)
             and all(t.dtype not in HALF for i, t in enumerate(op.operand_types) if i != 1)
             and all(t.dtype not in HALF for t in op.result_types))
 
@@ -70,6 +75,8 @@ def emulate_block(block: Block, module: Module, types: tuple[str, ...] = HALF) -
     for op in list(block.ops):
         if op.name in PASS_THROUGH or _is_half_cast(op) or _half_weights(op) or not _has_f16(op, types):
             continue
+        if op.name == "kernel":  # kept above: its only half values are a contraction's weights
+            continue
         for i, v in enumerate(op.operands):
             if v.type.dtype in types:
                 if id(v) not in widened:
@@ -96,7 +103,13 @@ def emulate_block(block: Block, module: Module, types: tuple[str, ...] = HALF) -
 
 
 def _region_has_f16(op: Op, types: tuple[str, ...]) -> bool:
-    return _has_f16(op, types) or any(_has_f16(o, types) for r in op.regions for b in r.blocks for o in b.ops)
+    """Whether a `kernel` region computes in a half type: half weights of a contraction inside (a
+    constant kernel operand) do not count, so a gemm + epilogue on f16 weights stays one kernel."""
+    body = op.regions[0].blocks[0]
+    weights = {id(a) for a, v in zip(body.args, op.operands, strict=True) if _is_const(v)}
+    if any(t.dtype in types for t in op.result_types):
+        return True
+    return any(_has_f16(o, types) and not _half_weights(o, lambda v: id(v) in weights) for o in body.ops)
 
 
 def _inline(block: Block, kernel: Op) -> None:

@@ -37,10 +37,6 @@ from .space import space_of
 
 VIEW_OPS = ("reshape", "identity")
 HOST_OPS = ("const",)
-HALF_WEIGHT_OPS = ("gemm", "matmul", "kernel")
-"""Ops whose templates take constant f16 weights on a device without cl_khr_fp16 (stored as half, read
-with vload_half); besides them only `cast` (to and from f32, elementwise.half_cast) touches f16 there:
-emulate-f16 has put every other f16 op between such casts."""
 NOT_LABELS = ("const", "pack", "unpack", "winograd_filter", "winograd_unfilter")  # not in a kernel's name
 
 
@@ -225,12 +221,9 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
         st.failures.append((op, "no template"))
         return None
     try:
-        for v, t in [*((v, v.type) for v in op.operands), *((None, t) for t in op.result_types)]:
+        for t in [*op.operand_types, *op.result_types]:
             if not t.is_static:
                 raise NotLowerable(f"dynamic shape {t}")
-            weights = op.name in HALF_WEIGHT_OPS and v is not None and id(v) in st.constant
-            if t.dtype == "f16" and not st.info.fp16 and not weights and op.name != "cast":
-                raise NotLowerable("the device has no cl_khr_fp16 for f16")
         sig = op_sig(op, module.resources)
         ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands), dict(st.schedule),
                   body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources)
