@@ -112,10 +112,20 @@ def optimize(module: Module, opt_level: int = 2, weights: str = "f32", on_remark
 
 
 def _clone(module: Module) -> Module:
-    from .ir.parser import parse_module
-    from .ir.printer import to_text
+    """A copy of `module` to keep as one level of `CompiledModel.modules`: its ops printed and parsed
+    back, its weights shared (a new table of the same resources: nothing is encoded or copied)."""
+    import io
 
-    return parse_module(to_text(module), "<module>")
+    from .ir.parser import parse_module
+    from .ir.printer import Printer
+    from .ir.resources import ResourceTable
+
+    buf = io.StringIO()
+    Printer(buf).module(module)
+    table = ResourceTable()
+    for r in module.resources:
+        table.put(r)
+    return parse_module(buf.getvalue(), "<module>", register_source=False, resources=table)
 
 
 class CompiledModel:

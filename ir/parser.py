@@ -612,8 +612,10 @@ def parse_module(
     base_dir: str | None = None,
     verify_hash: bool = True,
     register_source: bool = True,
+    resources: ResourceTable | None = None,
 ) -> Module:
-    """Parse one module (text plus optional resources section). Raises DiagnosticError."""
+    """Parse one module (text plus optional resources section). Raises DiagnosticError. `resources`:
+    the table of a text without a section (a copy of a module printed ops only, sharing its weights)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     text_part, section = split_resources(data)
@@ -640,6 +642,8 @@ def parse_module(
     if section is not None:
         sec_line = text.count("\n") + line_offset
         module.resources = parse_resources(section, filename, base_dir, sec_line, verify_hash)
+    elif resources is not None:
+        module.resources = resources
     for name, pos in p.resource_refs:
         if name not in module.resources:
             raise p.error(f"unknown resource '{name}': not in the module's resources section", pos)

@@ -56,3 +56,25 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
         m.profile({"x": np.zeros(2, np.float32)})
     with pytest.raises(tessel.InvalidArgument, match="compiled"):
         tessel.load(m.module)
+
+
+def test_levels_are_copies_sharing_the_weights() -> None:
+    """`modules['imported']` is the module as imported (a copy: -O2 changed the other), its weights the
+    same resources, not encoded and decoded again."""
+    import onnx
+    import tessel
+    from onnx import TensorProto, helper, numpy_helper
+    from tessel.api import import_model_source
+    from tessel.ir.printer import to_text
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = tessel.compile(model, target="numpy")
+    imported = m.modules["imported"]
+    assert to_text(imported) == to_text(import_model_source(onnx.load_from_string(model.SerializeToString())))
+    assert "dense_resource" in to_text(imported) and "kernel" in to_text(m.module)
+    (res,) = list(imported.resources)
+    assert any(r is res for r in m.module.resources)
