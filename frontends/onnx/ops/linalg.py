@@ -15,7 +15,7 @@ from .common import (
     _slice,
     _transpose,
 )
-from .nn import Conv
+from .nn import Conv, _conv2d, _conv_1d
 
 
 # matrix products --------------------------------------------------------------------------------------
@@ -64,8 +64,8 @@ def ConvInteger(b: Builder, x: Tensor, w: Tensor, x_zero_point: Tensor | None = 
     f64 (exact for these sums), then convert to i32."""
     zps = _integer_conv_zero_points(b, x, w, x_zero_point, w_zero_point)
     if zps is not None and x.rank in (3, 4):
-        return _integer_conv(b, "conv2d_integer", x, w, [*zps], [], auto_pad, dilations, group, kernel_shape,
-                             pads, strides)
+        return _integer_conv(b, "conv2d_integer", x, w, [*zps], None, auto_pad, dilations, group,
+                             kernel_shape, pads, strides)
     xs, ws = _minus_zero_point(b, x, x_zero_point, "f64", 0), _minus_zero_point(b, w, w_zero_point, "f64", 0)
     y = Conv(b, xs, ws, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
              pads=pads, strides=strides)
@@ -120,8 +120,8 @@ def QLinearConv(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tensor | N
     if zps is not None and x.rank in (3, 4) and _per_tensor(x_scale) and _per_tensor(y_scale) and \
             ydt in ("i8", "ui8"):
         scale = _requant_scale(b, x_scale, w_scale, y_scale)
-        ops = [scale, _zero_point_scalar(b, y_zero_point, ydt)] + ([bias] if bias is not None else [])
-        return _integer_conv(b, "qconv2d", x, w, [*zps], ops, auto_pad, dilations, group, kernel_shape, pads,
+        ops = [*zps, scale, _zero_point_scalar(b, y_zero_point, ydt)]
+        return _integer_conv(b, "qconv2d", x, w, ops, bias, auto_pad, dilations, group, kernel_shape, pads,
                              strides)
     xs, ws = _minus_zero_point(b, x, x_zero_point, "f64", 0), _minus_zero_point(b, w, w_zero_point, "f64", 0)
     acc = Conv(b, xs, ws, b.cast(bias, "f64") if bias is not None else None, auto_pad=auto_pad,
@@ -176,21 +176,19 @@ def _requant_scale(b: Builder, x_scale: Tensor, w_scale: Tensor, y_scale: Tensor
     return b.cast(b.op("div", [b.op("mul", [xs, ws]), ys]), "f32")
 
 
-def _integer_conv(b: Builder, name: str, x: Tensor, w: Tensor, zps: list[Tensor], rest: list[Tensor],
+def _integer_conv(b: Builder, name: str, x: Tensor, w: Tensor, operands: list[Tensor], bias: Tensor | None,
                   auto_pad: str, dilations: list[int] | None, group: int, kernel_shape: list[int] | None,
                   pads: list[int] | None, strides: list[int] | None) -> Tensor:
-    """`conv2d_integer` or `qconv2d` over a 2-D window, a 1-D one as 2-D over (L, 1)."""
+    """`conv2d_integer` or `qconv2d` (`operands`: zero points, then a q-op's scale and zero point) over a
+    2-D window, a 1-D one as 2-D over (L, 1), as Conv does."""
     kernel = list(w.shape[2:])
     if kernel_shape and [int(k) for k in kernel_shape] != kernel:
         raise ConversionError(f"kernel_shape {list(kernel_shape)} differs from the weight's {kernel}")
     win = Window(name, x.shape[2:], kernel, strides, pads, dilations, auto_pad)
     if win.n == 2:
         attrs = {"strides": win.strides, "pads": win.pads, "dilations": win.dilations, "groups": group}
-        return b.op(name, [x, w, *zps, *rest], attrs)
-    k, s, pb, pe, d = win.axis(0)
-    attrs = {"strides": [s, 1], "pads": [pb, 0, pe, 0], "dilations": [d, 1], "groups": group}
-    y = b.op(name, [b.reshape(x, [*x.shape, 1]), b.reshape(w, [*w.shape, 1]), *zps, *rest], attrs)
-    return b.reshape(y, y.shape[:-1])
+        return _conv2d(b, name, x, w, bias, attrs, operands)
+    return _conv_1d(b, name, x, w, bias, win, group, {}, operands)
 
 
 def _einsum_labels(equation: str, operands: Sequence[Tensor]) -> tuple[list[list[str]], list[str]]:

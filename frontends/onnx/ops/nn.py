@@ -32,17 +32,19 @@ from .common import (
 
 
 # convolution ------------------------------------------------------------------------------------------
-def _conv2d(b: Builder, name: str, x: Tensor, w: Tensor, bias: Tensor | None, attrs: dict) -> Tensor:
-    return b.op(name, [x, w] + ([bias] if bias is not None else []), attrs)
+def _conv2d(b: Builder, name: str, x: Tensor, w: Tensor, bias: Tensor | None, attrs: dict,
+            operands: Sequence[Tensor] = ()) -> Tensor:
+    """`name` of x and w, then `operands` (the integer convs' zero points and scales), then the bias."""
+    return b.op(name, [x, w, *operands] + ([bias] if bias is not None else []), attrs)
 
 
 def _conv_1d(b: Builder, name: str, x: Tensor, w: Tensor, bias: Tensor | None, win: Window, group: int,
-             extra: dict) -> Tensor:
+             extra: dict, operands: Sequence[Tensor] = ()) -> Tensor:
     """A 1-D (transposed) convolution as a 2-D one over (L, 1)."""
     k, s, pb, pe, d = win.axis(0)
     attrs = {"strides": [s, 1], "pads": [pb, 0, pe, 0], "dilations": [d, 1], "groups": group,
              **{key: [v[0], 0] for key, v in extra.items()}}
-    y = _conv2d(b, name, b.reshape(x, [*x.shape, 1]), b.reshape(w, [*w.shape, 1]), bias, attrs)
+    y = _conv2d(b, name, b.reshape(x, [*x.shape, 1]), b.reshape(w, [*w.shape, 1]), bias, attrs, operands)
     return b.reshape(y, y.shape[:-1])
 
 
