@@ -15,6 +15,7 @@ by the output channel, reading past the one element.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -192,6 +193,42 @@ def test_qconv2d(case: Conv) -> None:
     inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
     assert_spread(reference("qconv2d", inputs, attrs), attrs, case.y)
     check_op("qconv2d", inputs, attrs)
+
+
+SCHEDULES = [{"lanes": 8, "cols": 3}, {"lanes": 16, "cols": 16}, {"lanes": 0, "rows": 2, "cols": 4},
+             {"lanes": 0, "rows": 8, "cols": 16}]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES,
+                         ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_conv2d_integer_schedules(schedule: dict[str, int]) -> None:
+    """The template's schedule keys: channel lanes (lanes 8 / 16, cols 1..16 columns an item) or column
+    lanes (lanes 0, rows channels an item, cols 4 / 8 / 16), each exact; values outside are refused."""
+    case = Conv("ui8", "i8", 1, 8, (9, 14), 32, 3, pad=(1, 1, 1, 1), wz_per_channel=True)
+    inputs, attrs = conv_operands(case, rng_for("sched", str(schedule)))
+    check_op("conv2d_integer", inputs, attrs, schedule=schedule)
+
+
+@pytest.mark.parametrize("op,schedule,reason", [
+    ("conv2d_integer", {"lanes": 4}, "lanes=4"),
+    ("conv2d_integer", {"lanes": 0, "cols": 5}, "cols be 4, 8 or 16"),
+    ("matmul_integer", {"rows": 17}, "rows=17 must be in 1..16")])
+def test_bad_schedules_are_refused(op: str, schedule: dict[str, int], reason: str) -> None:
+    from tessel.targets.opencl.kernels.base import NotLowerable
+    from tessel.targets.opencl.kernels.testing import lower_op
+
+    if op == "conv2d_integer":
+        inputs, attrs = conv_operands(Conv("ui8", "i8", 1, 8, (9, 14), 32, 3), rng_for("bad", op))
+    else:
+        inputs, attrs = matmul_operands(MATMULS[0], rng_for("bad", op)), {}
+    with pytest.raises(NotLowerable, match=re.escape(reason)):
+        lower_op(op, [TensorType.of(a) for a in inputs], attrs, schedule=schedule)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_matmul_integer_rows(rows: int) -> None:
+    check_op("matmul_integer", matmul_operands(MATMULS[0], rng_for("rows", str(rows))), {},
+             schedule={"rows": rows})
 
 
 # the matmuls -----------------------------------------------------------------------------------------------
