@@ -2,9 +2,10 @@
 
 `calibrate(device)` measures the device's peaks with tessel's own kernels — SGEMM 1024^3 (GFLOP/s), a 64 MiB
 f32 add (GB/s, counting its three streams) and an empty launch + finish (launch overhead) — and `save_peaks`
-keeps them in `<cache>/calibration.json` under the device's fingerprint. `kernel_rows` turns a profiled run
-into one row per kernel: launches, time from OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity,
-and the fraction of the peak (compute or bandwidth) that bounds it by the roofline.
+keeps them in `<cache>/calibration.json` under the device's fingerprint (a cache.py entry: checked by its
+hash, written atomically). `kernel_rows` turns a profiled run into one row per kernel: launches, time from
+OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity, and the fraction of the peak (compute or
+bandwidth) that bounds it by the roofline.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from ...ir.parser import parse_module
 from . import device as dev
+from .cache import discard, locked, read_entry, write_entry
 from .lower import lower_module
 from .runtime import Executable, RunStats, cache_dir
 
@@ -41,12 +43,23 @@ def _store() -> str:
     return os.path.join(cache_dir(), "calibration.json")
 
 
-def load_peaks(device: Any) -> Peaks | None:
+RECALIBRATE = "re-measured by tessel-tune or tessel-run --calibrate"
+
+
+def _table(path: str) -> dict[str, Any]:
+    """The store's {fingerprint: peaks}; {} when it is missing or bad (a bad one warns and is removed). A
+    store of plain JSON (tessel before the hash) is read, and the next save adds the header."""
+    payload = read_entry(path, RECALIBRATE, legacy=b"{")
     try:
-        with open(_store()) as f:
-            entry = json.load(f).get(dev.fingerprint(device))
-    except (OSError, ValueError):
-        return None
+        table = json.loads(payload) if payload is not None else {}
+    except ValueError:  # a plain store that does not parse, or a sound entry written by something else
+        discard(path, "not a JSON object", RECALIBRATE)
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def load_peaks(device: Any) -> Peaks | None:
+    entry = _table(_store()).get(dev.fingerprint(device))
     try:
         return Peaks(**entry) if entry else None
     except TypeError:
@@ -54,18 +67,14 @@ def load_peaks(device: Any) -> Peaks | None:
 
 
 def save_peaks(device: Any, peaks: Peaks) -> str:
+    """Add the device's peaks to the store. Two processes saving at once take turns (a lock file beside
+    the store), so neither loses the other's device; each write is atomic (cache.write_entry)."""
     path = _store()
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except (OSError, ValueError):
-        table = {}
-    table[dev.fingerprint(device)] = asdict(peaks)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(table, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    with locked(path):
+        table = _table(path)
+        table[dev.fingerprint(device)] = asdict(peaks)
+        if not write_entry(path, json.dumps(table, indent=2, sort_keys=True).encode() + b"\n"):
+            raise OSError(f"cannot write the calibration store {path}")
     return path
 
 

@@ -14,7 +14,10 @@ The times (`default_us`, `best_us`: one run of the kernel, or of the whole func,
 `repeats` each was measured in, `measured` (points compiled and timed), `space_size` (valid points), the
 `trials` ([point, us] of every point measured: what the cost model learns from) and the `date` are kept
 for people and for the tuner; only kind, key, device, space and schedule decide what a lowering does.
-docs/tools/tessel-tune.md documents the format.
+Each line tessel writes carries a `checksum` (`checksum()`: 16 hex digits of the SHA-256 of the line's
+other fields, as `line()` writes them): a line whose checksum does not match (a flipped byte, a hand edit)
+is skipped with a CacheWarning naming its file and line; a line without one (tessel before the checksum,
+another tool) is read as it is. docs/tools/tessel-tune.md documents the format.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import datetime
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...ir.attributes import DenseAttr, ResourceAttr, format_attr, is_splat_array
 from ...ir.core import Op
+from .cache import warn
 
 FORMAT = 1
 EXECUTION_SPACE = "execution/1"
@@ -69,11 +74,22 @@ class Record:
         return self.default_us / self.best_us if self.best_us > 0 else 1.0
 
     def line(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        obj = asdict(self)
+        return _dumps({**obj, "checksum": checksum(obj)})
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(obj: dict[str, Any]) -> str:
+    """Of a record's fields (all but `checksum`), as a line writes them."""
+    return hashlib.sha256(_dumps({k: v for k, v in obj.items() if k != "checksum"}).encode()).hexdigest()[:16]
 
 
 def parse_records(text: str, path: str = "<records>") -> list[Record]:
-    """Every record of a JSON-lines text (blank lines skipped); RecordError naming the first bad line."""
+    """Every record of a JSON-lines text (blank lines skipped); RecordError naming the first line that is not
+    a record; a record whose checksum does not match is skipped with a CacheWarning."""
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -95,6 +111,10 @@ def parse_records(text: str, path: str = "<records>") -> list[Record]:
             raise RecordError(f"{path}:{n}: record format {obj['format']}, this tessel reads {FORMAT}")
         if obj["kind"] not in ("kernel", "model"):
             raise RecordError(f"{path}:{n}: kind '{obj['kind']}' is neither 'kernel' nor 'model'")
+        if "checksum" in obj and obj["checksum"] != checksum(obj):
+            warn(f"{path}:{n}: the record's checksum does not match its fields (a corrupt or edited line); "
+                 "record skipped (tessel-tune measures it again)")
+            continue
         known = {f for f in Record.__dataclass_fields__}
         try:
             out.append(Record(**{k: v for k, v in obj.items() if k in known}))
@@ -127,12 +147,19 @@ def merge(*groups: Iterable[Record]) -> list[Record]:
 
 
 def write_records(path: str, records: Sequence[Record]) -> None:
-    """Write atomically (a temporary file renamed over `path`): a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(r.line() + "\n")
-    os.replace(tmp, path)
+    """Write atomically (a temporary file of a unique name renamed over `path`): a reader never sees half a
+    file, and two writers never share a temporary file (the last rename wins)."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            for r in records:
+                f.write(r.line() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 class Tuning:
