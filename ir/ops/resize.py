@@ -34,19 +34,25 @@ def _resize_verify(sig: Sig) -> None:
             check(out in want, f"'sizes' value {out} in dim {i} is not floor({n} * scale {sc}) = {min(want)}")
 
 
-def _source_coords(out_len: int, in_len: int, scale: np.float32, ctm: str) -> np.ndarray:
+def _source_coords(out_len: int, in_len: int, scale: np.float32 | None, ctm: str) -> np.ndarray:
     """Input coordinate of each output index, in f32 with onnxruntime's operation order so that nearest
-    rounding ties fall the same way."""
+    rounding ties fall the same way. `scale` None: the model gave sizes, and x / scale is x * in / out,
+    one rounding of the exact quotient, as onnxruntime and onnx's reference compute it (x / f32(8 / 7)
+    put 4 * 7 / 8 = 3.5 one ulp below the tie; found by tests/fuzz)."""
     xr, f = np.arange(out_len, dtype=np.float32), np.float32
+
+    def over(v: np.ndarray) -> np.ndarray:
+        return v / scale if scale is not None else v * f(in_len) / f(out_len)
+
     if ctm == "half_pixel":
-        return (xr + f(0.5)) / scale - f(0.5)
+        return over(xr + f(0.5)) - f(0.5)
     if ctm == "pytorch_half_pixel":
-        return (xr + f(0.5)) / scale - f(0.5) if out_len > 1 else np.zeros(1, np.float32)
+        return over(xr + f(0.5)) - f(0.5) if out_len > 1 else np.zeros(1, np.float32)
     if ctm == "tf_half_pixel_for_nn":
-        return (xr + f(0.5)) / scale
+        return over(xr + f(0.5))
     if ctm == "align_corners":
         return xr * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(1, np.float32)
-    return xr / scale  # asymmetric
+    return over(xr)  # asymmetric
 
 
 def _nearest(c: np.ndarray, mode: str) -> np.ndarray:
@@ -64,8 +70,8 @@ def _resize_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
     want = sig.results[0].np_dtype if sig.results else x.dtype
     y = x.astype(np.float32) if linear and x.dtype.itemsize < 4 else x
     for ax, (n_in, n_out) in enumerate(zip(x.shape, sizes, strict=True)):
-        scale = np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(n_in)
-        if n_in == n_out and scale == 1:
+        scale = np.float32(scales[ax]) if scales else None  # None: out / in, exactly
+        if n_in == n_out and (scale is None or scale == 1):
             continue
         c = _source_coords(n_out, n_in, scale, sig["coordinate_transformation_mode"])
         if not linear:

@@ -16,7 +16,7 @@ import onnx
 from hypothesis import strategies as st
 from onnx import helper
 
-from .graphs import MAX_ELEMENTS, GraphBuilder, Val, infer_shape
+from .graphs import F32, MAX_ELEMENTS, GraphBuilder, Val, infer_shape
 
 Gen = Callable[[GraphBuilder], "Val | None"]
 
@@ -353,7 +353,8 @@ def reduce_node(b: GraphBuilder, op: str, x: Val, axes: list[int], keepdims: int
              "ReduceL2": x.scale * math.sqrt(n), "ReduceLogSumExp": x.scale + math.log(n + 1),
              "ReduceProd": min(x.scale, 1e3) ** min(n, 8), "ReduceLogSum": math.log(x.scale * n + 1)
              }.get(op, x.scale)
-    return b.node(op, names, shape, scale, **attrs)
+    exact = x.dtype != F32 or x.exact and op in ("ReduceMax", "ReduceMin")  # integer sums are exact too
+    return b.node(op, names, shape, scale, dtype=x.dtype, exact=exact, **attrs)
 
 
 def softmax(b: GraphBuilder) -> Val | None:

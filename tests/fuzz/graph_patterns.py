@@ -28,7 +28,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .graph_ops import Gen, reduce_node
-from .graphs import MAX_ELEMENTS, GraphBuilder, Val, infer_shape
+from .graphs import BOOL, MAX_ELEMENTS, GraphBuilder, Val, infer_shape
 
 ACTIVATIONS = ["Relu", "Sigmoid", "Tanh", "Clip6", "LeakyRelu", "Swish", "None"]
 
@@ -323,8 +323,7 @@ def attention(b: GraphBuilder) -> Val | None:
         s = b.node("Add", [s.name, mval.name], s_shape, s.scale + 1e4)
     p = b.node("Softmax", [s.name], s_shape, 1.0, axis=-1 if b.opset >= 13 else s.rank - 1)
     if b.chance(30):  # torch's safe softmax: where(isnan(p), 0, p)
-        nan = b.node("IsNaN", [p.name], s_shape, 1.0)
-        b.values.remove(nan)  # a bool: no operand for the float ops that follow
+        nan = b.node("IsNaN", [p.name], s_shape, 1.0, dtype=BOOL)  # a bool: not an operand of float ops
         p = b.node("Where", [nan.name, b.constant(np.array(0.0, np.float32)).name, p.name], s_shape, 1.0)
     y = b.node("MatMul", [p.name, v.name], q.shape, v.scale)
     if heads > 1:

@@ -35,16 +35,23 @@ EDGE_SIZES = (7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 """Dims just below, at and above the tile sizes and vector widths kernels are specialised for."""
 MAX_NODES = 24
 F32 = TensorProto.FLOAT
+I32, I64, BOOL = TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
+NP_DTYPE = {F32: np.float32, I32: np.int32, I64: np.int64, BOOL: np.bool_}
 
 
 @dataclass
 class Val:
-    """A float32 value of the graph being built."""
+    """A value of the graph being built: float32 unless `dtype` says int32, int64 or bool."""
 
     name: str
     shape: tuple[int, ...]
     scale: float  # a rough upper bound on max |x|
     kind: str  # "input", "const" or "node"
+    dtype: int = F32
+    exact: bool = False
+    """Computed without rounding (inputs, constants, and what Neg, Abs, Max, Round, Cast to int, data
+    movement... make of them): any two implementations agree on it bit for bit, so Equal, Round, Floor and
+    ArgMax on it cannot flip on a last-ulp difference."""
 
     @property
     def rank(self) -> int:
@@ -62,6 +69,8 @@ class GraphCase:
     model: onnx.ModelProto
     feeds: dict[str, np.ndarray]
     ops: list[str] = field(default_factory=list)  # the op types, in node order
+    generators: list[str] = field(default_factory=list)  # the generators that made its nodes ("fallback":
+    # a unary op where the drawn generator found no value to work on), in order of first use
 
     @property
     def opset(self) -> int:
@@ -86,7 +95,8 @@ class GraphBuilder:
         self.inits: list[TensorProto] = []
         self.inputs: list[Val] = []
         self.feeds: dict[str, np.ndarray] = {}
-        self.values: list[Val] = []  # operands for later ops: inputs and node outputs
+        self.values: list[Val] = []  # float operands for later ops: inputs and node outputs
+        self.typed: list[Val] = []  # the int32, int64 and bool ones (graph_typed.py's generators read them)
         self._count = 0
 
     # drawing ------------------------------------------------------------------------------------------
@@ -111,12 +121,20 @@ class GraphBuilder:
         self._count += 1
         return f"{prefix}{self._count}"
 
-    def add_input(self, shape: Sequence[int]) -> Val:
-        v = Val(self.fresh("x"), tuple(shape), 2.0, "input")
-        self.feeds[v.name] = self.rng.uniform(-2, 2, size=v.shape).astype(np.float32)
+    def add_input(self, shape: Sequence[int], dtype: int = F32, data: np.ndarray | None = None) -> Val:
+        """A graph input: `data`, or floats uniform in [-2, 2], ints in [-4, 4], bools half true."""
+        if data is None:
+            data = random_array(self.rng, tuple(shape), dtype)
+        data = np.asarray(data, NP_DTYPE[dtype]).reshape(tuple(shape))
+        scale = float(np.max(np.abs(data.astype(np.float64)), initial=0.0)) if dtype != F32 else 2.0
+        v = Val(self.fresh("x"), tuple(shape), max(scale, 1.0), "input", dtype, exact=True)
+        self.feeds[v.name] = data
         self.inputs.append(v)
-        self.values.append(v)
+        self._track(v)
         return v
+
+    def _track(self, v: Val) -> None:
+        (self.values if v.dtype == F32 else self.typed).append(v)
 
     def can_add_input(self) -> bool:
         return len(self.inputs) < self.max_inputs
@@ -129,13 +147,16 @@ class GraphBuilder:
         return self.constant(arr)
 
     def constant(self, arr: np.ndarray) -> Val:
+        """An initializer or a Constant node holding `arr` (float32, int32, int64 or bool)."""
         name = self.fresh("w")
         tensor = numpy_helper.from_array(arr, name)
         if self.chance(20) and len(self.nodes) < MAX_NODES:
             self.nodes.append(helper.make_node("Constant", [], [name], name=f"Constant_{name}", value=tensor))
         else:
             self.inits.append(tensor)
-        return Val(name, tuple(arr.shape), float(np.max(np.abs(arr), initial=0.0)), "const")
+        dtype = helper.np_dtype_to_tensor_dtype(arr.dtype)
+        scale = float(np.max(np.abs(arr.astype(np.float64)), initial=0.0))
+        return Val(name, tuple(arr.shape), scale, "const", dtype, exact=True)
 
     def ints(self, values: Sequence[int]) -> str:
         """An int64 1-D constant (axes, shape, pads, starts...) for ops that take it as an input."""
@@ -146,17 +167,23 @@ class GraphBuilder:
         self.inits.append(numpy_helper.from_array(arr, name))
         return name
 
-    def node(self, op: str, inputs: Sequence[str], shape: Sequence[int], scale: float, **attrs: Any) -> Val:
+    def node(self, op: str, inputs: Sequence[str], shape: Sequence[int], scale: float, *, dtype: int = F32,
+             exact: bool = False, **attrs: Any) -> Val:
+        """Append one node; its result (of element type `dtype`) becomes an operand for later ops."""
         out = self.fresh("t")
         attrs = {k: v for k, v in attrs.items() if v is not None}
         self.nodes.append(helper.make_node(op, list(inputs), [out], name=f"{op}_{out}", **attrs))
-        v = Val(out, tuple(int(d) for d in shape), min(float(scale), 1e30), "node")
-        self.values.append(v)
+        v = Val(out, tuple(int(d) for d in shape), min(float(scale), 1e30), "node", dtype, exact)
+        self._track(v)
         return v
 
-    def pick(self, pred: Callable[[Val], bool] = lambda v: True) -> Val | None:
-        """A value for an operand, recent ones more likely (so graphs grow deep, not wide)."""
-        cands = [v for v in self.values if pred(v)]
+    def pick(self, pred: Callable[[Val], bool] = lambda v: True,
+             dtypes: Sequence[int] = (F32,)) -> Val | None:
+        """A value for an operand (float32 unless `dtypes` says otherwise), recent ones more likely (so
+        graphs grow deep, not wide)."""
+        pool = self.values if tuple(dtypes) == (F32,) else sorted(
+            [v for v in self.values + self.typed if v.dtype in dtypes], key=lambda v: int(v.name[1:]))
+        cands = [v for v in pool if pred(v)]
         if not cands:
             return None
         back = self.integer(0, len(cands) - 1)
@@ -215,8 +242,8 @@ class GraphBuilder:
         graph = helper.make_graph(
             self.nodes,
             "fuzz",
-            [helper.make_tensor_value_info(v.name, F32, list(v.shape)) for v in self.inputs],
-            [helper.make_tensor_value_info(v.name, F32, list(v.shape)) for v in outputs],
+            [helper.make_tensor_value_info(v.name, v.dtype, list(v.shape)) for v in self.inputs],
+            [helper.make_tensor_value_info(v.name, v.dtype, list(v.shape)) for v in outputs],
             initializer=self.inits,
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
@@ -230,12 +257,39 @@ class GraphBuilder:
         return model
 
 
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: int) -> np.ndarray:
+    """Input data: floats uniform in [-2, 2], ints in [-4, 4], bools half true."""
+    if dtype == BOOL:
+        return rng.random(shape) < 0.5
+    if dtype in (I32, I64):
+        return rng.integers(-4, 5, size=shape).astype(NP_DTYPE[dtype])
+    return rng.uniform(-2, 2, size=shape).astype(np.float32)
+
+
+def default_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs of each graph input's type (for a graph read back without its saved inputs). Int
+    inputs may be indices (Gather): they are drawn in [0, 1], in range for any non-empty axis."""
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        shape = tuple(d.dim_value for d in t.shape.dim)
+        feeds[vi.name] = (rng.integers(0, 2, size=shape).astype(NP_DTYPE[t.elem_type])
+                          if t.elem_type in (I32, I64) else random_array(rng, shape, t.elem_type))
+    return feeds
+
+
 def infer_shape(op: str, inputs: Sequence[tuple[str, tuple[int, ...], np.ndarray | None]],
                 opset: int, **attrs: Any) -> tuple[int, ...]:
-    """The output shape onnx infers for one node (pooling with ceil_mode, auto_pad): inputs are
-    (name, shape, constant value or None)."""
+    """The output shape onnx infers for one node (pooling with ceil_mode, auto_pad, Resize): inputs are
+    (name, shape, constant value or None), an empty name for an omitted optional input."""
     vis, inits = [], []
     for name, shape, value in inputs:
+        if not name:  # an omitted optional input
+            continue
         if value is None:
             vis.append(helper.make_tensor_value_info(name, F32, list(shape)))
         else:
@@ -253,33 +307,51 @@ def infer_shape(op: str, inputs: Sequence[tuple[str, tuple[int, ...], np.ndarray
 @st.composite
 def graphs(draw: Callable[[st.SearchStrategy[Any]], Any], max_steps: int = 12, max_inputs: int = 3,
            opsets: Sequence[int] = OPSETS, ops: Sequence[str] | None = None) -> GraphCase:
-    """A random valid ONNX graph; `ops` restricts the generators used (names from graph_ops.GENERATORS
-    and graph_patterns.PATTERNS)."""
-    from .graph_ops import GENERATORS, fallback
-    from .graph_patterns import PATTERNS
-
+    """A random valid ONNX graph; `ops` restricts the generators used (names from graph_ops.GENERATORS,
+    graph_patterns.PATTERNS, graph_typed.TYPED and graph_index.INDEXING)."""
     opset = draw(st.sampled_from(list(opsets)))
     seed = draw(st.integers(0, 2**32 - 1))
     b = GraphBuilder(draw, opset, seed, max_inputs)
     for _ in range(b.integer(1, max_inputs)):
         rank = b.choice([4, 2, 3, 1, 0, 4])
         b.add_input(b.dims(rank))
-    gens = [(n, g) for n, g in GENERATORS + PATTERNS if ops is None or n in ops]
+    gens = [(n, g) for n, g in all_generators() if ops is None or n in ops]
     steps = b.integer(1, max_steps)
+    used: list[str] = []
     for _ in range(steps):
         if not b.room():
             break
-        _, gen = b.choice(gens)
-        if gen(b) is None:
+        name, gen = b.choice(gens)
+        if gen(b) is None:  # no value fits the generator: a unary op instead
             fallback(b)
-    produced = [v for v in b.values if v.kind == "node"]
+            name = "fallback"
+        used.append(name)
+    produced = sorted((v for v in b.values + b.typed if v.kind == "node"), key=lambda v: int(v.name[1:]))
     if not produced:
         fallback(b)
+        used.append("fallback")
         produced = [v for v in b.values if v.kind == "node"]
     outputs = [produced[-1]]
-    used = {i for n in b.nodes for i in n.input}
-    dangling = [v for v in produced[:-1] if v.name not in used]  # results nothing else reads
+    read = {i for n in b.nodes for i in n.input}
+    dangling = [v for v in produced[:-1] if v.name not in read]  # results nothing else reads
     if dangling and b.chance(60) or len(produced) > 1 and b.chance(20):
         outputs.insert(0, b.choice(dangling or produced[:-1]))
     model = b.finish(outputs)
-    return GraphCase(model, b.feeds, [n.op_type for n in model.graph.node])
+    return GraphCase(model, b.feeds, [n.op_type for n in model.graph.node], list(dict.fromkeys(used)))
+
+
+def fallback(b: GraphBuilder) -> Val | None:
+    from .graph_ops import fallback as unary_fallback
+
+    return unary_fallback(b)
+
+
+def all_generators() -> list[tuple[str, Callable[[GraphBuilder], Val | None]]]:
+    """Every generator by name: single ops, exporter patterns, typed (int, bool, compare, select) ops and
+    indexing/resampling ops."""
+    from .graph_index import INDEXING
+    from .graph_ops import GENERATORS
+    from .graph_patterns import PATTERNS
+    from .graph_typed import TYPED
+
+    return GENERATORS + PATTERNS + TYPED + INDEXING

@@ -12,10 +12,14 @@ model), `graph-N.npz` (its inputs) and `graph-N.txt` (what failed, the replay co
 ONNX's text form, ready to paste into tests/fuzz/test_regressions.py). Later failures that look like a
 saved one (same stage and target, and for mismatches a superset of its ops) are counted as repeats.
 `--parser-share` of the time goes to mutated `.tsl` texts (mutate.py); a parser failure is shrunk by
-deleting lines and characters and saved as `parser-N.tsl` + `.txt`.
+deleting lines and characters and saved as `parser-N.tsl` + `.txt`. `--module-share` goes to random
+modules run through every pass and -O pipeline under verify-each and validation (run_modules.py; saved
+as `module-N.tsl`, a `tessel-opt --run-reproducer` reproducer, with `.input.tsl` and `.txt`).
 
 At the end it prints how many graphs it generated, imported, compiled and compared per level and
-target, how many were discarded and why, and every failure. Exit status 1 when it found a new failure.
+target, how many were discarded and why, the same per generator, the modules validated, changed and
+failed per pass and pipeline, the parser texts, and every failure. Exit status 1 when it found a new
+failure.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import random  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -43,17 +48,18 @@ if str(ROOT) not in sys.path:  # run as a script: `python tests/fuzz/run.py`
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
 from hypothesis import seed as hseed  # noqa: E402
 
-from tests.fuzz.graphs import GraphCase, graphs  # noqa: E402
+from tests.fuzz.graphs import GraphCase, default_feeds, graphs  # noqa: E402
 from tests.fuzz.mutate import check_parse, corpus, mutate  # noqa: E402
 from tests.fuzz.property import LEVELS, TARGETS, Finding, Outcome, check_graph, opencl_device  # noqa: E402
 from tests.fuzz.reduce_graph import reduce_case  # noqa: E402
+from tests.fuzz.run_modules import ModuleStats, module_batch, module_report, replay_module  # noqa: E402
 
 BATCH = 20
 
 
 @dataclasses.dataclass
 class Saved:
-    kind: str  # "graph" | "parser"
+    kind: str  # "graph" | "module" | "parser"
     path: Path
     stage: str
     target: str | None
@@ -77,10 +83,23 @@ class Stats:
     accepted: int = 0
     parser_seconds: float = 0.0
     graph_seconds: float = 0.0
+    module_seconds: float = 0.0
     saved: list[Saved] = dataclasses.field(default_factory=list)
+    per_generator: dict[str, collections.Counter] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(collections.Counter))
+    """generator -> counts of the graphs it helped make: generated, discarded, compiled (levels), compared
+    (level x target matches), failed."""
+    modules: ModuleStats = dataclasses.field(default_factory=ModuleStats)
 
-    def record(self, out: Outcome) -> None:
+    def record(self, out: Outcome, generators: Sequence[str] = ()) -> None:
         self.generated += 1
+        for g in generators:
+            c = self.per_generator[g]
+            c["generated"] += 1
+            c["discarded"] += out.status == "discarded"
+            c["compiled"] += len(out.compiled)
+            c["compared"] += len(out.compared)
+            c["failed"] += bool(out.findings)
         if out.status == "discarded":
             why = re.sub(r"Name:'[^']*' |\[ONNXRuntimeError\] : \d+ : |Non-zero status code returned ", "",
                          out.reason)
@@ -173,7 +192,7 @@ def graph_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadli
             if time.monotonic() > deadline:
                 return  # the rest of the batch passes unchecked (reject() would make hypothesis draw more)
             out = check_graph(case, args.levels, args.targets)
-            stats.record(out)
+            stats.record(out, case.generators)
             progress.tick(stats)
             new = []
             for f in out.findings:
@@ -283,8 +302,9 @@ class Progress:
         new = len(stats.saved)
         repeats = sum(s.repeats for s in stats.saved)
         return (f"[{time.monotonic() - self.start:4.0f}/{self.budget:.0f} s] graphs {stats.generated} "
-                f"(discarded {sum(stats.discarded.values())}, comparisons {compared}) | parser mutants "
-                f"{stats.mutants} | failures {new} new, {repeats} repeats")
+                f"(discarded {sum(stats.discarded.values())}, comparisons {compared}) | modules "
+                f"{stats.modules.built} | parser mutants {stats.mutants} | failures {new} new, {repeats} "
+                f"repeats")
 
     def tick(self, stats: Stats, force: bool = False) -> None:
         now = time.monotonic()
@@ -303,8 +323,9 @@ class Progress:
 
 
 def report(stats: Stats, args: argparse.Namespace, seed: int, elapsed: float, out_dir: Path) -> str:
-    lines = [f"tessel fuzz: seed {seed}, {elapsed:.0f} s (graphs {stats.graph_seconds:.0f} s, parser "
-             f"{stats.parser_seconds:.0f} s); replay with --seed {seed}", ""]
+    lines = [f"tessel fuzz: seed {seed}, {elapsed:.0f} s (graphs {stats.graph_seconds:.0f} s, modules "
+             f"{stats.module_seconds:.0f} s, parser {stats.parser_seconds:.0f} s); replay with --seed {seed}",
+             ""]
     n_disc = sum(stats.discarded.values())
     lines.append(f"graphs generated: {stats.generated}; discarded {n_disc} (the oracle could not judge "
                  f"them); imported {stats.imported} of the {stats.generated - n_disc} left")
@@ -319,10 +340,21 @@ def report(stats: Stats, args: argparse.Namespace, seed: int, elapsed: float, ou
         cells = [f"{stats.compared[(lv, t)]:6d} ok {stats.failed[(lv, t)]:3d} failed" for t in args.targets]
         lines.append(f"-O{lv}    {stats.compiled[lv]:8d}  " + "  ".join(f"{c:>18}" for c in cells))
     lines.append(f"comparisons with onnxruntime that matched: {sum(stats.compared.values())}")
+    lines += ["", "per generator: graphs it helped make, discarded, levels compiled, (level, target) "
+              "comparisons matched, failed"]
+    lines.append(f"{'generator':<18} {'graphs':>7} {'discarded':>9} {'compiled':>8} {'compared':>8} "
+                 f"{'failed':>6}")
+    for name in sorted(stats.per_generator, key=lambda n: (-stats.per_generator[n]["generated"], n)):
+        c = stats.per_generator[name]
+        lines.append(f"{name:<18} {c['generated']:7d} {c['discarded']:9d} {c['compiled']:8d} "
+                     f"{c['compared']:8d} {c['failed']:6d}")
+    lines += ["", *module_report(stats.modules)]
     lines += ["", f"parser: {stats.mutants} mutated .tsl texts"]
     graph_saved = [s for s in stats.saved if s.kind == "graph"]
+    module_saved = [s for s in stats.saved if s.kind == "module"]
     parser_saved = [s for s in stats.saved if s.kind == "parser"]
-    lines += ["", f"failures: {len(graph_saved)} graph, {len(parser_saved)} parser"
+    lines += ["", f"failures: {len(graph_saved)} graph, {len(module_saved)} module, {len(parser_saved)} "
+              "parser"
               + (f" (saved under {out_dir})" if stats.saved else "")]
     for s in stats.saved:
         lines.append(f"  {s.path.name}: {s.summary} (+{s.repeats} repeats)")
@@ -330,6 +362,8 @@ def report(stats: Stats, args: argparse.Namespace, seed: int, elapsed: float, ou
 
 
 def replay(path: Path, args: argparse.Namespace) -> int:
+    if path.suffix == ".tsl":
+        return replay_module(path)
     model = onnx.load(str(path))
     npz = path.with_suffix(".npz")
     inits = {i.name for i in model.graph.initializer}
@@ -338,9 +372,7 @@ def replay(path: Path, args: argparse.Namespace) -> int:
         with np.load(npz) as z:
             feeds = {k: z[k] for k in names}
     else:
-        rng = np.random.default_rng(0)
-        feeds = {vi.name: rng.uniform(-2, 2, [d.dim_value for d in vi.type.tensor_type.shape.dim])
-                 .astype(np.float32) for vi in model.graph.input if vi.name not in inits}
+        feeds = default_feeds(model)
     case = GraphCase(model, feeds, [n.op_type for n in model.graph.node])
     out = check_graph(case, args.levels, args.targets)
     print(f"{path}: {out.status}{' (' + out.reason + ')' if out.reason else ''}; matched "
@@ -360,9 +392,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma list of numpy, opencl")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="comma list of -O levels")
     ap.add_argument("--parser-share", type=float, default=0.1, help="share of the time for the parser")
+    ap.add_argument("--module-share", type=float, default=0.2,
+                    help="share of the time for random modules through every pass (module_check.py)")
+    ap.add_argument("--module-steps", type=int, default=12, help="maker steps per module")
     ap.add_argument("--max-steps", type=int, default=12, help="generator steps per graph")
     ap.add_argument("--shrink-seconds", type=float, default=90.0, help="time to shrink one failure")
-    ap.add_argument("--replay", type=Path, help="check one saved graph (.onnx, inputs from its .npz)")
+    ap.add_argument("--replay", type=Path, help="check one saved graph (.onnx, inputs from its .npz) or "
+                    "module (.tsl: a reproducer's pipeline, else every pass and pipeline)")
     args = ap.parse_args(argv)
     args.targets = [t for t in args.targets.split(",") if t]
     args.levels = [int(x) for x in args.levels.split(",") if x]
@@ -386,15 +422,22 @@ def main(argv: list[str] | None = None) -> int:
     batch = 0
     while time.monotonic() < deadline:
         t0 = time.monotonic()
-        graph_batch(args, seed, (seed * 1_000_003 + batch) % 2**32, deadline, stats, findings, progress)
-        batch += 1
+        slice_end = min(deadline, t0 + max(15.0, args.seconds / 12))  # the other parts get their turn
+        graph_batch(args, seed, (seed * 1_000_003 + batch) % 2**32, slice_end, stats, findings, progress)
         spent = time.monotonic() - t0
         stats.graph_seconds += spent
-        share = min(max(args.parser_share, 0.0), 0.95)
-        parser_time = min(spent * share / (1 - share), max(deadline - time.monotonic(), 0.0))
+        p_share, m_share = (min(max(x, 0.0), 0.95) for x in (args.parser_share, args.module_share))
+        g_share = max(1 - p_share - m_share, 0.05)
+        parser_time = min(spent * p_share / g_share, max(deadline - time.monotonic(), 0.0))
         t1 = time.monotonic()
         parser_round(rnd, parser_time, stats, findings, progress)
         stats.parser_seconds += time.monotonic() - t1
+        while (m_share > 0 and time.monotonic() < deadline
+               and stats.module_seconds < (stats.graph_seconds / g_share) * m_share):
+            t2 = time.monotonic()
+            module_batch(args, seed, (seed * 1_000_033 + batch) % 2**32, deadline, stats, findings, progress)
+            stats.module_seconds += time.monotonic() - t2
+        batch += 1
         progress.tick(stats, force=True)
     if progress.tty:
         sys.stderr.write("\n")

@@ -10,9 +10,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, find, given, settings
 from onnx import TensorProto, helper
 
-from tests.fuzz.graph_ops import GENERATORS
-from tests.fuzz.graph_patterns import PATTERNS
-from tests.fuzz.graphs import GraphCase, graphs
+from tests.fuzz.graphs import GraphCase, all_generators, graphs
 from tests.fuzz.property import check_graph, opencl_device
 
 BASE = settings(derandomize=True, database=None, deadline=None,
@@ -41,7 +39,7 @@ def test_random_graphs_match_onnxruntime_on_opencl(case: GraphCase) -> None:
     assert not out.findings, _explain(case, out.findings)
 
 
-@pytest.mark.parametrize("name", sorted({n for n, _ in GENERATORS + PATTERNS}))
+@pytest.mark.parametrize("name", sorted({n for n, _ in all_generators()}))
 def test_every_generator_makes_its_op(name: str) -> None:
     """Each op generator is reachable and its first graph with the op is valid and passes on numpy: a
     generator that silently fell back to Relu would lose coverage."""
@@ -54,7 +52,10 @@ def test_every_generator_makes_its_op(name: str) -> None:
                 "squeeze_excite": {"Conv", "Sigmoid", "Mul"}, "inverted_residual": {"Conv"},
                 "layernorm": {"ReduceMean", "Sqrt"}, "gelu": {"Erf"}, "softmax_parts": {"Exp", "ReduceSum"},
                 "attention": {"Softmax", "Transpose"}, "mlp": {"MatMul", "Add"}, "transposes": {"Transpose"},
-                "broadcasts": {"Expand"}}[name]
+                "broadcasts": {"Expand"}, "compare": {"Equal"}, "where": {"Where"}, "argmax": {"ArgMax"},
+                "int_arith": {"Sub"}, "int_cast": {"Cast"}, "bool_logic": {"Xor"}, "typed_move": {"Tile"},
+                "gather": {"Gather"}, "slice_neg": {"Slice"}, "resize": {"Resize"},
+                "pad_modes": {"Pad"}}[name]
     case = find(graphs(ops=[name]), lambda c: expected <= set(c.ops),
                 settings=settings(BASE, max_examples=200, phases=[Phase.generate]))
     out = check_graph(case, targets=["numpy"])

@@ -1,5 +1,7 @@
 """Property tests over random valid modules: print -> parse -> print is byte-identical, and the -O1
-passes (canonicalize, fold-constants, cse, dce) preserve what the numpy reference computes."""
+passes (canonicalize, fold-constants, cse, dce) preserve what the numpy reference computes. A few ops
+only, fast; tests/fuzz/modules.py builds modules from the whole op registry and module_check.py runs
+every pass and pipeline over them under validation (tests/fuzz/test_fuzz_modules.py, `make fuzz`)."""
 
 from __future__ import annotations
 

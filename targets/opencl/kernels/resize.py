@@ -40,13 +40,13 @@ def _table(name: str, ctype_: str, values: np.ndarray, fmt=str) -> str:
     return f"__constant {ctype_} {name}[{len(values)}] = {{{', '.join(fmt(v) for v in values)}}};"
 
 
-def axis_scale(scales: list[float], ax: int, n_in: int, n_out: int) -> np.float32:
+def axis_scale(scales: list[float], ax: int, n_in: int, n_out: int) -> np.float32 | None:
     """The scale of axis `ax` as the reference's coordinate transform takes it: `scales` when the model
-    gave them, else out / in."""
-    return np.float32(scales[ax]) if scales else np.float32(n_out) / np.float32(max(n_in, 1))
+    gave them, else None (out / in, which the transform applies exactly)."""
+    return np.float32(scales[ax]) if scales else None
 
 
-def nearest_table(n_in: int, n_out: int, scale: np.float32, ctm: str, nm: str) -> np.ndarray:
+def nearest_table(n_in: int, n_out: int, scale: np.float32 | None, ctm: str, nm: str) -> np.ndarray:
     """The source index of each of an axis' n_out outputs under nearest resampling, as the reference
     computes it (its coordinates, rounding ties and clamping)."""
     from ....ir.ops.resize import _nearest, _source_coords
@@ -83,7 +83,7 @@ def resize(ctx: Ctx) -> Lowered:
     terms: list[list[Term]] = []
     for ax, (n_in, n_out) in enumerate(zip(x.dims, y.dims, strict=True)):
         scale = axis_scale(scales, ax, n_in, n_out)
-        if (n_in == n_out and scale == 1) or not n_out or not n_in:
+        if (n_in == n_out and (scale is None or scale == 1)) or not n_out or not n_in:
             terms.append([Term(strides[ax])])
             continue
         axes.append(ax)

@@ -1,0 +1,103 @@
+"""Random valid modules built from the op registry (modules.py) keep their numbers through every pass and
+-O pipeline, checked after each pass as `tessel-opt --validate-each` does (module_check.py). Bounded and
+derandomized for `make test`; `make fuzz` (run.py, run_modules.py) runs the same property for minutes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+
+from tests.fuzz.module_check import check_module, pass_specs
+from tests.fuzz.module_ops import NO_MAKER, all_makers
+from tests.fuzz.module_patterns import PATTERN_OPS
+from tests.fuzz.modules import ModuleCase, modules
+
+BASE = settings(derandomize=True, database=None, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                       HealthCheck.data_too_large])
+
+
+@settings(BASE, max_examples=10)
+@given(modules(max_steps=10))
+def test_random_modules_keep_their_results_through_every_pass(case: ModuleCase) -> None:
+    out = check_module(case.text)
+    assert not out.findings, f"{case!r}\n" + "\n".join(f"{f}\n{f.reproducer}" for f in out.findings)
+
+
+def test_every_registered_op_has_a_maker_or_a_reason() -> None:
+    """A new op in the registry gets a maker in module_ops.py / module_shape_ops.py, or a NO_MAKER entry."""
+    from tessel.ir.ops.registry import load_all
+
+    registry = set(load_all())
+    makers = set(all_makers()) - set(PATTERN_OPS)
+    assert not makers - registry, f"makers of unknown ops: {sorted(makers - registry)}"
+    both, neither = makers & set(NO_MAKER), registry - makers - set(NO_MAKER)
+    assert not both, f"ops with a maker and a NO_MAKER reason: {sorted(both)}"
+    assert not neither and set(NO_MAKER) <= registry, f"ops with neither: {sorted(neither)}"
+
+
+@pytest.mark.parametrize("name", sorted(all_makers()))
+def test_every_maker_makes_its_op(name: str) -> None:
+    """Each maker is reachable and makes its op (a pattern: one of its ops) in a valid module."""
+    want = PATTERN_OPS.get(name, frozenset({name}))
+    case = find(modules(max_steps=3, ops=[name]), lambda c: bool(want & set(c.ops)),
+                settings=settings(BASE, max_examples=100, phases=[Phase.generate]))
+    assert want & set(case.ops)
+
+
+def _broken_pass(monkeypatch: pytest.MonkeyPatch, name: str, body: object) -> None:
+    from tessel.passes import manager
+    from tessel.passes.manager import Pass
+
+    @dataclasses.dataclass
+    class Broken(Pass):
+        """A deliberately wrong pass (tests/fuzz/test_fuzz_modules.py)."""
+
+        NAME = name
+
+        def run(self, module: object, ctx: object) -> None:
+            body(module)  # type: ignore[operator]
+
+    monkeypatch.setitem(manager._LOADED, name, Broken)
+
+
+RELU = """func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = relu %x : (tensor<2x3xf32>) -> tensor<2x3xf32> loc("fuzz:relu_0")
+  %1 = add %0, %x : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32> loc("fuzz:add_1")
+  return %1 : tensor<2x3xf32>
+}
+"""
+
+
+def test_property_catches_a_miscompile_and_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that turns relu into abs is a miscompile, with a reproducer `tessel-opt --run-reproducer`
+    replays; a pass that raises is a crash; a correct pass next to them runs clean."""
+
+    def relu_to_abs(module: object) -> None:
+        for op in module.walk():  # type: ignore[attr-defined]
+            if op.name == "relu":
+                op.name = "abs"
+
+    def boom(module: object) -> None:
+        raise KeyError("boom")
+
+    _broken_pass(monkeypatch, "fuzz-test-relu-to-abs", relu_to_abs)
+    _broken_pass(monkeypatch, "fuzz-test-boom", boom)
+    out = check_module(RELU, ["fuzz-test-relu-to-abs", "fuzz-test-boom", "cse"])
+    stages = {f.spec: f.stage for f in out.findings}
+    assert stages == {"fuzz-test-relu-to-abs": "miscompile", "fuzz-test-boom": "crash"}, out.findings
+    assert out.ran == ["cse"]
+    miscompile = out.findings[0]
+    assert "changed the results" in miscompile.message
+    assert miscompile.reproducer.startswith(
+        "// tessel-reproducer: --pass-pipeline='fuzz-test-relu-to-abs' --validate-each=0.001,0.0001 --seed=7")
+    assert "KeyError: 'boom'" in out.findings[1].message
+
+
+def test_builtin_passes_only() -> None:
+    """Test-only plugins (lit_tests/cli/Inputs/*.py register through register_pass) are never fuzzed."""
+    from tessel.passes.manager import BUILTIN_PASSES
+
+    assert {s.split("{")[0] for s in pass_specs()} == set(BUILTIN_PASSES)
