@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources bench-checked soak conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -80,9 +80,26 @@ bench-quant: setup $(BENCH_STAMP)
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py
 
-# Random ONNX graphs at -O0..-O3 on numpy and OpenCL against onnxruntime, plus mutated .tsl texts for the
-# parser, for FUZZ_SECONDS (default 300); prints the seed (replay: tests/fuzz/run.py --seed N) and counts,
-# and saves each failure, shrunk, under fuzz-results/. FUZZ_ARGS passes more flags (--targets=numpy ...).
+# Checked runs (issue 19): every light model, the encoder, the zoo and the pytorch-converted models compiled
+# plain and with --check-bounds --poison in one process; says whether each ran clean (no out-of-bounds
+# access, same results as plain, within 1e-2 of onnxruntime) and what the checks cost (run medians,
+# interleaved; load times); JSON in bench/results/checked-<time>.json. MODELS=a,b picks some.
+bench-checked: setup $(BENCH_STAMP)
+	$(BIN)/python bench/checked.py --json bench/results/checked-$$(date +%Y%m%d-%H%M%S).json $(if $(MODELS),--models $(MODELS))
+
+# Soak (issue 19): light squeezenet and the transformer encoder, each way to run (pool, cooperative, auto),
+# run SOAK_RUNS times on one executable, then SOAK_LOADS executables loaded, run once and dropped, all in one
+# process; prints RSS after the warm-up and at the end, and the live OpenCL objects; exit 1 on a leak.
+SOAK_RUNS  ?= 10000
+SOAK_LOADS ?= 200
+soak: setup
+	$(BIN)/python bench/soak.py --runs $(SOAK_RUNS) --loads $(SOAK_LOADS)
+
+# Fuzzing (docs/testing.md): random ONNX graphs at -O0..-O3 on numpy and OpenCL against onnxruntime, random
+# .tsl modules through every pass and -O pipeline under --validate-each, and mutated .tsl texts for the
+# parser, for FUZZ_SECONDS (default 300); prints the seed (replay: tests/fuzz/run.py --seed N) and counts
+# (per generator, per pass), and saves each failure, shrunk, under fuzz-results/. FUZZ_ARGS passes more
+# flags (--targets=numpy, --module-share=0.3, --parser-share=0 ...).
 FUZZ_SECONDS ?= 300
 fuzz: setup
 	$(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)

@@ -11,10 +11,12 @@ from ..ir.core import Module
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
 from .common import (
+    check_bounds_option,
     debug_option,
     determinism_option,
     fail,
     handle_errors,
+    load_plugins,
     load_tuning,
     lower_schedule,
     read_input,
@@ -45,13 +47,24 @@ def codegen_device(device: str | None, tuning_records: str | None) -> tuple[Any,
     return info, load_tuning(tuning_records, info)
 
 
+def memory_device(device: str | None, tuning_records: str | None) -> Any:
+    """The pyopencl device a lowering is for, whose memory the lowered funcs must fit (None for the
+    generic device: then only TESSEL_DEVICE_MEMORY, when set, gives limits; targets/opencl/memory.py)."""
+    spec = device or ("auto" if tuning_records else "generic")
+    if spec == "generic":
+        return None
+    from ..targets.opencl import device as dev
+
+    return dev.pick_device(spec)  # (device_for_codegen has already reported a spec that names none)
+
+
 def lower_with_remarks(module: Module, info: Any, no_winograd: bool, tuning: Any,
-                       categories: frozenset[str]) -> None:
+                       categories: frozenset[str], check_bounds: bool = False) -> None:
     """Lower `module` as the tools do and print the lowering's remarks of `categories` on stderr."""
     from ..targets.opencl.lower import lower_module
 
     said: list | None = [] if categories else None
-    lower_module(module, info, said, lower_schedule(no_winograd), tuning)
+    lower_module(module, info, said, lower_schedule(no_winograd), tuning, check_bounds or None)
     for r in said or ():
         if r.category in categories:
             click.echo(r.text(), err=True)
@@ -114,6 +127,14 @@ def device_for_codegen(spec: str) -> object:
     help="Print a remark on stderr for each fused region no kernel template takes whole (reason "
     "unfused-region): it then runs as one launch per op, and the remark says why.",
 )
+@check_bounds_option
+@click.option(
+    "--load-plugin",
+    multiple=True,
+    metavar="FILE.py",
+    help="Load a Python file before lowering: a plugin that registers or replaces kernel templates "
+    "(the injected-bug plugins of tests/plugins/ that --check-bounds and --poison must catch).",
+)
 @winograd_option
 @tuning_options
 @weights_options
@@ -128,6 +149,8 @@ def main(
     split_input_file: bool,
     validate: object,
     remarks_missed: bool,
+    check_bounds: bool,
+    load_plugin: tuple[str, ...],
     no_winograd: bool,
     tuning_records: str | None,
     remarks: str,
@@ -144,11 +167,14 @@ def main(
     Ops without a kernel are listed together in one error.
     """
     from ..targets.opencl.lower import is_lowered
+    from ..targets.opencl.memory import check_memory
     from .opt import write_modules
 
     categories = remark_categories(remarks, remarks_missed)
+    load_plugins(load_plugin)
     data, filename = read_input(input)
     info, tuning = codegen_device(device, tuning_records)
+    limits_of = memory_device(device, tuning_records)
     modules = []
     chunks = split_chunks(data.decode("utf-8", "replace")) if split_input_file else [("", 0)]
     for chunk, offset in chunks:
@@ -159,8 +185,10 @@ def main(
         if is_lowered(module):
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
-        lower_with_remarks(module, info, no_winograd, tuning, categories)
+        lower_with_remarks(module, info, no_winograd, tuning, categories, check_bounds)
         verify_or_raise(module)
+        for func in module.funcs:  # a model too big for the device fails here, not at its first launch
+            check_memory(func, limits_of)
         if check is not None:
             _check_lowering(module, *check, validate, device or "generic")
         modules.append(module)

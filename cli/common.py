@@ -1,6 +1,7 @@
 """What every tool shares: input reading, atomic output, diagnostics on stderr, exit codes, crash handling.
 
-Exit status: 0 success, 1 the input is wrong (a diagnostic says why), 2 usage error (click's), 3 internal
+Exit status: 0 success, 1 the input is wrong (a diagnostic says why; also an input too big for this
+machine: `error: out of host memory while importing (m.onnx)`), 2 usage error (click's), 3 internal
 compiler error (names the pass, writes a reproducer). No traceback for user mistakes; `--debug` shows them.
 """
 
@@ -16,7 +17,7 @@ import stat
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import click
@@ -153,6 +154,25 @@ def winograd_option(f: Callable) -> Callable:
                         "within ~1e-5 of the outputs' scale of the direct result; docs/opencl.md).")(f)
 
 
+def check_bounds_option(f: Callable) -> Callable:
+    """--check-bounds: kernels that check every global and __local access (targets/opencl/sanitize.py)."""
+    return click.option("--check-bounds", "check_bounds", is_flag=True,
+                        help="Instrument every kernel: each global and __local load and store is checked "
+                        "against its buffer's extent (the lowering knows every buffer's size). A run then "
+                        "stops at its first out-of-bounds access with an error naming the kernel, its ONNX "
+                        "node, the argument and the element (exit status 3); the access itself is "
+                        "suppressed. Kernels run slower (about 2-3x) and build slower: for finding "
+                        "compiler bugs ($TESSEL_CHECK_BOUNDS=1 does the same).")(f)
+
+
+def load_plugins(paths: Sequence[str]) -> None:
+    """--load-plugin: run each Python file (it may register passes or replace kernel templates)."""
+    from ..passes.manager import load_plugin
+
+    for path in paths:
+        load_plugin(path)
+
+
 def tuning_options(f: Callable) -> Callable:
     """--tuning-records and --remarks: tessel-tune's records applied by a lowering, and its remarks."""
     f = click.option("--remarks", "remarks", metavar="CATEGORIES", default="",
@@ -204,6 +224,31 @@ def debug_option(f: Callable) -> Callable:
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_ACTIVITY = {"import": "importing", "opt": "optimizing", "codegen": "lowering", "run": "running",
+             "compile": "compiling", "reduce": "reducing", "tune": "tuning"}
+"""What each tool (or `tessel` subcommand) is doing, for the out-of-host-memory error."""
+
+
+def out_of_memory(kwargs: dict[str, Any], pass_name: str = "") -> str:
+    """The message of a MemoryError in a tool: what it was doing, to which input (and in which pass).
+    Exit status 1, as for any input this machine cannot take (a model too big for its memory)."""
+    ctx = click.get_current_context(silent=True)
+    name = (ctx.info_name or "") if ctx is not None else ""
+    what = _ACTIVITY.get(name.removeprefix("tessel-"), "working")
+    source = kwargs.get("input")
+    where = "<stdin>" if source in (None, "-") else str(source)
+    return f"out of host memory while {what} ({where}{f', in pass {pass_name!r}' if pass_name else ''})"
+
+
+def allocation_failed(e: BaseException) -> bool:
+    """Whether `e` is protobuf (upb) saying it could not allocate: a parse's 'Arena alloc failed', or a
+    serialization's bare 'Failed to serialize proto' (onnx.checker serializes the whole model; upb's other
+    reasons, a missing required field or 100 levels of nesting, do not occur in ONNX models)."""
+    if not type(e).__module__.startswith("google.protobuf"):
+        return False
+    text = str(e)
+    return "alloc failed" in text.lower() or (type(e).__name__ == "EncodeError"
+                                              and text == "Failed to serialize proto")
 
 
 def _call_and_flush(f: Callable, args: tuple, kwargs: dict) -> None:
@@ -238,10 +283,18 @@ def handle_errors(f: Callable) -> Callable:
             if debug:
                 traceback.print_exc()
             print_diagnostics(e.diagnostics, tool_name())  # position-less ones read `tessel-opt: error: ...`
+            sys.exit(getattr(e, "exit_code", EXIT_INPUT))  # a KernelFault: 3, the compiler made a bad kernel
+        except MemoryError:
+            if debug:
+                traceback.print_exc()
+            sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs)}\n")
             sys.exit(EXIT_INPUT)
         except CompilerCrash as e:
             if debug and e.traceback:
                 sys.stderr.write(e.traceback)
+            if e.message.startswith("crashed: MemoryError"):  # the pass manager calls any exception a crash
+                sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs, e.pass_name)}\n")
+                sys.exit(EXIT_INPUT)
             sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
             if e.reproducer:
                 sys.stderr.write(reproducer_message(e.reproducer))
@@ -257,7 +310,12 @@ def handle_errors(f: Callable) -> Callable:
             raise
         except click.ClickException:
             raise
-        except Exception as e:  # a bug in tessel
+        except Exception as e:  # a bug in tessel (or protobuf out of memory)
+            if allocation_failed(e):
+                if debug:
+                    traceback.print_exc()
+                sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs)}\n")
+                sys.exit(EXIT_INPUT)
             tb = traceback.format_exc()
             if debug:
                 sys.stderr.write(tb)

@@ -15,6 +15,7 @@ from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
 from .common import (
     atomic_output,
+    check_bounds_option,
     debug_option,
     fail,
     handle_errors,
@@ -197,6 +198,15 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.option(
     "--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance of --check-against."
 )
+@click.option(
+    "--poison",
+    is_flag=True,
+    help="OpenCL: fill every buffer of the memory plan (results and scratch) with signalling NaNs (a "
+    "buffer of integers: the byte 0xA5) before every run, so a kernel that reads memory no earlier "
+    "kernel wrote carries the pattern into the results; with --check-against the error names the "
+    "first kernel whose output went wrong ($TESSEL_POISON=1 does the same).",
+)
+@check_bounds_option
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary table.")
 @winograd_option
 @debug_option
@@ -220,6 +230,8 @@ def main(
     check_against: str | None,
     rtol: float,
     atol: float,
+    poison: bool,
+    check_bounds: bool,
     quiet: bool,
     no_winograd: bool,
     debug: bool,
@@ -228,7 +240,8 @@ def main(
 
     Reads INPUT (stdin when '-' or missing), verifies it, feeds the func its inputs (--inputs or
     --random-inputs), and prints one row per output (type, min, max, mean, checksum), then the time.
-    On OpenCL, loading (program build, weight upload) is timed apart from running.
+    On OpenCL, loading (program build, weight upload) is timed apart from running. A module lowered
+    with --check-bounds stops at a kernel's first out-of-bounds access (exit status 3).
     """
     from ..ir.interpreter import check_inputs, output_names
     from ..ir.interpreter import random_inputs as make_random
@@ -284,11 +297,11 @@ def main(
     else:
         results, times, rows, exe = _run_opencl(
             module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution,
-            lower_schedule(no_winograd),
+            lower_schedule(no_winograd), poison or None, check_bounds or None,
         )
     names = output_names(func)
     if reference is not None:
-        _compare(names, results, reference, rtol, atol)
+        _compare(names, results, reference, rtol, atol, (module, func, arrays, exe))
     if outputs:
         with atomic_output(outputs, "wb") as f:
             np.savez(f, **dict(zip(names, results, strict=True)))
@@ -366,7 +379,8 @@ def _device_command(list_devices: bool, spec: str) -> None:
     )
 
 
-def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule):  # noqa: ANN001, ANN202
+def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule,  # noqa: ANN001, ANN202
+                poison, check_bounds):
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
     from ..targets.opencl.runtime import Executable
@@ -375,8 +389,12 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     d = _pick(dev, spec)
     t0 = time.perf_counter()
     if not lowered:
-        lower_module(module, dev.device_info(d), None, schedule)
-    exe = Executable(module, func, d, profile=profile, execution=execution)
+        lower_module(module, dev.device_info(d), None, schedule, check_bounds=check_bounds)
+    elif check_bounds and not any("bounds" in op.attrs.get("checks", []) for op in func.block.ops
+                                  if op.name == "cl.program"):
+        raise fail("--check-bounds: this module is lowered without checks (lower it with "
+                   "tessel-codegen --check-bounds)", 2)
+    exe = Executable(module, func, d, profile=profile, execution=execution, poison=poison)
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
     report.update(execution=exe.running_on, execution_note=exe.adapt_note)
@@ -397,12 +415,19 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     return results, stats.seconds, rows, exe
 
 
-def _compare(names, results, reference, rtol, atol) -> None:  # noqa: ANN001
+def _compare(names, results, reference, rtol, atol, run) -> None:  # noqa: ANN001
     from ..debug.validate import Tolerance, mismatch_error
 
-    error = mismatch_error(names, results, reference, Tolerance(rtol, atol),
-                           "results do not match the numpy reference")
+    tol = Tolerance(rtol, atol)
+    error = mismatch_error(names, results, reference, tol, "results do not match the numpy reference")
     if error is not None:
+        module, func, arrays, exe = run
+        if exe is not None:  # OpenCL: name the first launch whose results went wrong
+            from ..debug.localize import first_wrong_launch
+
+            note = first_wrong_launch(module, func, arrays, exe, tol)
+            if note:
+                error.diagnostics[0].note(note)
         raise error
 
 

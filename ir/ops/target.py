@@ -76,7 +76,7 @@ register(
         infer=lambda sig: [],
         reference=_nothing,
         results=0,
-        attrs={"source": attr("str"), "options": attr("strs", [])},
+        attrs={"source": attr("str"), "options": attr("strs", []), "checks": attr("strs", [])},
         traits=frozenset({"target"}),
         cost=lambda sig: Cost(),
         doc="The OpenCL C source of every kernel the func launches, built once per model.",

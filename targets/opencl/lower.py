@@ -17,6 +17,7 @@ Ops no template covers are all listed in one diagnostic, each with its location 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from .device import preamble
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template
 from .records import EXECUTION_SPACE, Tuning, model_key, signature
+from .sanitize import PREAMBLE as SANITIZER_PREAMBLE
+from .sanitize import instrument
 from .space import space_of
 
 VIEW_OPS = ("reshape", "identity")
@@ -52,6 +55,7 @@ class _State:
     tuning: Tuning | None = None  # tuning records to apply (tessel-codegen --tuning-records)
     keys: list[str] = field(default_factory=list)  # kernel signature of each launch, in order (with tuning)
     remarks: list[Remark] = field(default_factory=list)  # category `tuning`: which record applied, or why not
+    check_bounds: bool = False  # instrument every kernel's global and __local accesses (sanitize.py)
 
     def kernel_name(self, source: str, op_name: str) -> str:
         name = self.sources.get(source)
@@ -68,7 +72,7 @@ def is_lowered(module: Module) -> bool:
 
 def lower_module(module: Module, info: DeviceInfo | None = None,
                  remarks: list[Remark] | None = None, schedule: dict[str, Any] | None = None,
-                 tuning: Tuning | None = None) -> Module:
+                 tuning: Tuning | None = None, check_bounds: bool | None = None) -> Module:
     """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel.
     `remarks`, when given, receives a `missed` remark (category `fusion`, reason `unfused-region`) for each
     `kernel` region no template takes whole, which then runs as one launch per op, and with `tuning` one
@@ -76,12 +80,16 @@ def lower_module(module: Module, info: DeviceInfo | None = None,
     every template sees in its ctx.schedule (the tools' --no-winograd is {"winograd": 0}). `tuning`: the
     records of tessel-tune for the device `info` describes; a launch whose kernel signature has a record
     gets its schedule, others the templates' own choices; a func whose model signature has one gets its
-    `execution` attribute."""
+    `execution` attribute. `check_bounds` (default: $TESSEL_CHECK_BOUNDS set and not 0): every kernel checks
+    its global and __local accesses against its buffers' extents (sanitize.py; tessel-codegen
+    --check-bounds)."""
     load_all()
     info = info or DeviceInfo.generic()
+    if check_bounds is None:
+        check_bounds = os.environ.get("TESSEL_CHECK_BOUNDS", "0") not in ("", "0")
     failures: list[tuple[Op, str]] = []
     for func in module.funcs:
-        failures += lower_func(module, func, info, remarks, schedule, tuning)
+        failures += lower_func(module, func, info, remarks, schedule, tuning, check_bounds)
     if failures:
         op0, why0 = failures[0]
         d = Diagnostic(
@@ -104,8 +112,9 @@ def _where(op: Op) -> str:
 
 def lower_func(module: Module, func: Func, info: DeviceInfo,
                remarks: list[Remark] | None = None,
-               schedule: dict[str, Any] | None = None, tuning: Tuning | None = None) -> list[tuple[Op, str]]:
-    st = _State(info, dict(schedule or {}), tuning=tuning)
+               schedule: dict[str, Any] | None = None, tuning: Tuning | None = None,
+               check_bounds: bool = False) -> list[tuple[Op, str]]:
+    st = _State(info, dict(schedule or {}), tuning=tuning, check_bounds=check_bounds)
     block = func.block
     # half-precision arithmetic in f32 between casts (half storage, float compute): bf16 always (OpenCL
     # has no bf16 type), f16 where the device lacks cl_khr_fp16
@@ -130,7 +139,10 @@ def lower_func(module: Module, func: Func, info: DeviceInfo,
             remarks += st.remarks
     plan = plan_memory(block, info)
     allocs = [Op("buf.alloc", attrs={"id": i, "bytes": n}) for i, n in enumerate(plan)]
-    program = Op("cl.program", attrs={"source": preamble(info) + "\n".join(st.program)})
+    checks = SANITIZER_PREAMBLE if check_bounds else ""
+    program = Op("cl.program", attrs={"source": preamble(info) + checks + "\n".join(st.program)})
+    if check_bounds:
+        program.attrs["checks"] = ["bounds"]
     for op in reversed([program, *allocs]):
         op.parent = block
         block.ops.insert(0, op)
@@ -333,8 +345,12 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
         label = "_".join(o.name for o in region_ops(inner) if o.name not in NOT_LABELS)[:40]
     default_args = [f"in{i}" for i in range(len(operands))] + [f"out{j}" for j in range(len(op.results))]
     for k in low.kernels:
+        source = k.source
+        if st.check_bounds:  # a template the checks cannot follow is a bug here: SanitizeError
+            names = list(k.args or default_args)
+            source = instrument(source, [_arg_bytes(a, operands, op, low) for a in names])
         entry: dict[str, Any] = {
-            "name": st.kernel_name(k.source, label),
+            "name": st.kernel_name(source, label),
             "global": list(k.global_size),
             "local": list(k.local_size or []),
             "args": list(k.args or default_args),
@@ -349,6 +365,18 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
     if low.flops_kernel not in (-1, len(low.kernels) - 1):
         attrs["flops_kernel"] = low.flops_kernel
     return Op("cl.launch", operands, op.result_types, attrs, [Region([body])], loc=op.loc, pos=op.pos)
+
+
+def _arg_bytes(name: str, operands: list[Value], op: Op, low: Lowered) -> int:
+    """The bytes of the buffer a launch binds to kernel argument `name` (in<i>, out<j>, tmp<k>)."""
+    m = re.fullmatch(r"(in|out|tmp)(\d+)", name)
+    assert m is not None, name
+    kind, index = m.group(1), int(m.group(2))
+    if kind == "in":
+        return _bytes(operands[index].type)
+    if kind == "out":
+        return _bytes(op.results[index].type)
+    return int(low.scratch[index])
 
 
 def plan_memory(block: Block, info: DeviceInfo | None = None) -> list[int]:

@@ -2,7 +2,7 @@
 pyopencl.
 
 Loading (`Executable(...)`) does the once-per-model work: builds the program (cached by source hash in this
-process and, through pyopencl's binary cache, on disk), evaluates the load-time ops (constants and the
+process and, by its binaries, on disk: cache.py), evaluates the load-time ops (constants and the
 `pack`s of constant weights) with their numpy references and uploads what the launches read, allocates the
 memory plan's buffers, and creates every kernel object with its arguments set. A run then only copies the
 inputs in, enqueues every launch on one in-order queue, copies the results out and finishes once.
@@ -24,7 +24,10 @@ import numpy as np
 from ...ir.core import Func, Module, Op
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
+from . import cache as program_cache
 from . import device as dev
+from .checks import RunChecks, env_flag
+from .memory import check_memory
 
 _PROGRAMS: dict[tuple[str, int], Any] = {}
 
@@ -39,7 +42,7 @@ def cache_dir() -> str:
 
 def build_program(context: Any, source: str, options: Sequence[str] = (), devices: Sequence[Any] = ()) -> Any:
     """Build once per (source, context, devices) in this process (all the context's devices when none are
-    named); pyopencl keeps binaries on disk by source hash."""
+    named); on disk, cache.py keeps the binaries under <cache>/opencl, checked by hash on every load."""
     cl = dev.cl()
     key = (
         hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest(),
@@ -48,23 +51,12 @@ def build_program(context: Any, source: str, options: Sequence[str] = (), device
     )
     prg = _PROGRAMS.get(key)
     if prg is None:
-        path = os.path.join(cache_dir(), "opencl")
         try:
-            os.makedirs(path, exist_ok=True)
-        except OSError:
-            path = None  # type: ignore[assignment]
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                prg = cl.Program(context, source).build(
-                    options=["-w", *options], devices=list(devices) or None, cache_dir=path
-                )
-            except cl.RuntimeError as e:
-                raise DiagnosticError(
-                    Diagnostic("error", f"the OpenCL program does not build: {e}")
-                ) from None
+            prg = program_cache.build_program(
+                context, source, ["-w", *options], devices, os.path.join(cache_dir(), "opencl")
+            )
+        except cl.RuntimeError as e:
+            raise DiagnosticError(Diagnostic("error", f"the OpenCL program does not build: {e}")) from None
         _PROGRAMS[key] = prg
     return prg
 
@@ -84,6 +76,7 @@ class Step:
     bytes: int = 0
     args: tuple[Any, ...] = ()  # the buffers bound to the kernel, to bind again on another program
     arg_names: tuple[str, ...] = ()  # in<i> (read), out<j> and tmp<k> (written), as the launch names them
+    hidden: tuple[Any, ...] = ()  # the arguments after the buffers of a checked kernel (checks.py)
 
 
 EXECUTIONS = ("auto", "pool", "inline", "cooperative")
@@ -143,7 +136,11 @@ class Executable:
         device: Any = None,
         profile: bool = False,
         execution: str | None = None,
+        poison: bool | None = None,
     ):
+        """`poison` (default: $TESSEL_POISON set and not 0): fill the memory plan with signalling NaNs
+        before every run (checks.py). A program lowered with bounds checks reports its kernels'
+        out-of-bounds accesses as a KernelFault after the run; checked runs go on the pool only."""
         cl = dev.cl()
         self.cl = cl
         self.module, self.func = module, func
@@ -184,6 +181,7 @@ class Executable:
                 )
             )
         self._source = source
+        check_memory(func, self.device)  # too big for the device: say so before building or allocating
         t0 = time.perf_counter()
         self.program = build_program(self.context, source, devices=[self.device])
         self.build_seconds = time.perf_counter() - t0
@@ -193,6 +191,16 @@ class Executable:
         caps = 0 if os.environ.get("TESSEL_NO_SVM") else getattr(self.device, "svm_capabilities", 0)
         self.svm = bool(caps & getattr(cl.device_svm_capabilities, "FINE_GRAIN_BUFFER", 0))
         self.slots = [self._buffer(int(op.attrs["bytes"])) for op in ops if op.name == "buf.alloc"]
+        program = next(op for op in ops if op.name == "cl.program")
+        bounds = "bounds" in program.attrs.get("checks", [])
+        poison = env_flag("TESSEL_POISON") if poison is None else poison
+        self.checks = RunChecks(self, bounds, poison) if bounds or poison else None
+        if self.checks is not None:
+            if self.execution == "cooperative":
+                raise DiagnosticError(Diagnostic(
+                    "error", "cooperative execution cannot run checked kernels (--check-bounds, --poison)"))
+            if self.execution == "auto":  # no comparing of ways: checked runs are for finding bugs
+                self.execution = "pool"
         self.peak_bytes = sum(max(int(op.attrs["bytes"]), 4) for op in ops if op.name == "buf.alloc")
         self.buf: dict[int, Any] = {}  # value id -> device buffer
         self.host: dict[int, np.ndarray] = {}  # value id -> load-time array
@@ -302,8 +310,9 @@ class Executable:
         counted = int(op.attrs.get("flops_kernel", -1)) % max(len(kernels), 1)  # gets the op's flops
         for i, k in enumerate(kernels):
             args = tuple(table[a] for a in k["args"])
+            hidden = self.checks.hidden(len(self.steps)) if self.checks is not None else ()
             kobj = self.cl.Kernel(self.program, k["name"])
-            kobj.set_args(*args)
+            kobj.set_args(*args, *hidden)
             counts = i == counted
             self.steps.append(
                 Step(
@@ -318,6 +327,7 @@ class Executable:
                     nbytes if counts else 0,
                     args,
                     tuple(k["args"]),
+                    hidden,
                 )
             )
 
@@ -342,7 +352,7 @@ class Executable:
             kernels = []
             for s in self.steps:
                 k = self.cl.Kernel(prg, s.name)
-                k.set_args(*s.args)
+                k.set_args(*s.args, *s.hidden)
                 kernels.append(k)
             queue = self.cl.CommandQueue(self.context, self.companion, properties=self._props)
             self._inline = (queue, kernels)
@@ -391,7 +401,7 @@ class Executable:
         cannot run cooperatively."""
         if not self._cooperative_tried:
             self._cooperative_tried = True
-            if self.companion is not None and self.svm:
+            if self.companion is not None and self.svm and self.checks is None:
                 from . import cooperative as coop
 
                 steps = [self.steps[i] for i in self._live]
@@ -561,6 +571,8 @@ class Executable:
             self._cooperative.run()
             return [np.array(what) for _, what in self._out_plan], []
         cl, q = self.cl, self._segments[0][0]
+        if self.checks is not None:
+            self.checks.before(q)
         keep = []
         for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
             if view is not None:  # the previous run has finished (q.finish below): nothing reads it
@@ -589,6 +601,8 @@ class Executable:
             else:
                 results.append(what)
         q.finish()
+        if self.checks is not None:
+            self.checks.after(q)
         for i, (kind, what) in enumerate(self._out_plan):
             if kind != "buffer":  # a load-time result or an SVM slot: copied once the queue finished
                 results[i] = np.array(what)

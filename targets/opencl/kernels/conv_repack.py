@@ -118,8 +118,9 @@ def repack_input_transposed(geo: Geometry, groups: int, cg: int, hp: int, wp: in
     time: it loads those columns of each of the block's 16 channel planes as one vector and stores them
     transposed, a pixel's channels a vector (~1.4x faster than a scalar copy on shufflenet's depthwise
     convs, whose padded rows never held a whole aligned chunk). It also zeroes the row's pad columns. A
-    chunk past a row's end over-reads the next row (harmless, not stored), except in the input's last
-    row, which takes a scalar loop. Channels past the group's (a partial last block) are zeros."""
+    chunk past a row's end over-reads the plane's next rows (harmless, not stored); a chunk that would
+    run past the plane's end (the last row, or the last rows of a plane under 16 columns wide) takes a
+    scalar loop. Channels past the group's (a partial last block) are zeros."""
     cbn = math.ceil(cg / 16)
     row = transposed_row(geo, cg, wp, plane, "__global", "return")
     what = geo.up.what(geo) if geo.up else f"x [{geo.n}, {geo.c}, {geo.h}, {geo.w}]"
@@ -158,7 +159,9 @@ def transposed_row(geo: Geometry, cg: int, wp: int, plane: Callable[[int | str],
         col = f"KERNEL_ux[iw0 + w] - iw0 / {s}"
     else:
         x = f"X + ((long)(n * {geo.c} + c0) * {geo.h} + ih) * {geo.w} + iw0"
-        whole = f"iw0 + 16 <= {geo.w} || ih + 1 < {geo.h}"  # an over-read inside x is harmless
+        # a chunk may run past its row into the plane's next rows (harmless, not stored), never past the
+        # plane's end: in the tensor's last plane that is past the end of x (found by --check-bounds)
+        whole = f"ih * {geo.w} + iw0 + 16 <= {geo.h * geo.w}"
         col = "w"
     pixel = [", ".join(f"v{i:x}.s{w:x}" for i in range(16)) for w in range(16)]
     stores = "".join(f"{ind}if ({w} < nw) vstore16((float16)({pixel[w]}), {w}, p);\n" for w in range(16))

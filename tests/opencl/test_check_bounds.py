@@ -1,0 +1,161 @@
+"""--check-bounds and --poison on the device: instrumented kernels record their first out-of-bounds access
+(global and __local, reads and writes, through helpers), suppress it, and leave in-bounds runs alone; the
+runtime reports it as a KernelFault naming kernel, node and argument; poison marks memory no kernel wrote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tessel.ir.parser import parse_module
+from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.checks import KernelFault, poisoned, trace_launches
+from tessel.targets.opencl.lower import lower_module
+from tessel.targets.opencl.runtime import Executable
+from tessel.targets.opencl.sanitize import ERROR_BUFFER_BYTES, PREAMBLE, SINK_OFFSET, Violation, instrument
+
+from .conftest import here
+
+LOCAL = """__kernel void KERNEL(__global const float* X, __global float* Y, const int shift) {
+    __local float L[16];
+    const int l = get_local_id(0);
+    L[l + shift] = X[get_global_id(0)];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    Y[get_global_id(0)] = L[15 - l];
+}"""
+
+
+def run_kernel(source: str, extents: list[int], arrays: list[np.ndarray], scalars: tuple = (),
+               size: int = 16) -> tuple[Violation | None, list[np.ndarray]]:
+    cl = dev.cl()
+    device = dev.pick_device()
+    ctx = cl.Context([device])
+    q = cl.CommandQueue(ctx, device)
+    text = instrument(source, extents)
+    # the instrumented kernel takes (buffers..., tsl_err, tsl_step) after the template's parameters
+    prg = cl.Program(ctx, PREAMBLE + text.replace("KERNEL", "k")).build()
+    mf = cl.mem_flags
+    bufs = [cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=a) for a in arrays]
+    zeros = np.zeros(ERROR_BUFFER_BYTES // 4, np.int32)
+    err = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=zeros)
+    k = cl.Kernel(prg, "k")
+    k.set_args(*bufs, *scalars, err, np.int32(5))
+    cl.enqueue_nd_range_kernel(q, k, (size,), (size,))
+    record = np.empty(ERROR_BUFFER_BYTES // 4, np.int32)
+    cl.enqueue_copy(q, record, err)
+    outs = []
+    for a, b in zip(arrays, bufs, strict=True):
+        o = np.empty_like(a)
+        cl.enqueue_copy(q, o, b)
+        outs.append(o)
+    q.finish()
+    return Violation.read(record[: SINK_OFFSET // 4]), outs
+
+
+def test_local_accesses_in_bounds_run_clean_and_compute_the_same() -> None:
+    x = np.arange(16, dtype=np.float32)
+    # the kernel's `shift` parameter is a scalar: extents cover the buffers only
+    v, (_, y) = run_kernel(LOCAL.replace("const int shift", "const int shift"), [64, 64],
+                           [x, np.zeros(16, np.float32)], (np.int32(0),))
+    assert v is None
+    np.testing.assert_array_equal(y, x[::-1])
+
+
+def test_a_local_write_past_the_array_is_recorded_and_suppressed() -> None:
+    x = np.arange(16, dtype=np.float32)
+    v, (_, y) = run_kernel(LOCAL, [64, 64], [x, np.zeros(16, np.float32)], (np.int32(1),))
+    assert v is not None
+    assert (v.local, v.store, v.arg, v.step) == (True, True, -1, 5)  # the kernel's first __local array
+    assert (v.offset // v.esize, v.extent // v.esize, v.count) == (16, 16, 1)
+    np.testing.assert_array_equal(y[:15], x[14::-1])  # L[1..15] = X[0..14]; X[15] went to the sink
+
+
+def test_a_global_read_before_the_buffer_is_recorded_with_a_negative_element() -> None:
+    src = """__kernel void KERNEL(__global const float* X, __global float* Y) {
+    const int g = get_global_id(0);
+    Y[g] = X[g - 1];
+}"""
+    v, (_, y) = run_kernel(src, [64, 64], [np.ones(16, np.float32), np.zeros(16, np.float32)])
+    assert v is not None and not v.store and (v.arg, v.offset // v.esize, v.count) == (0, -1, 1)
+    assert np.all(y[1:] == 1.0)
+
+
+def test_helpers_check_against_the_root_their_caller_passed() -> None:
+    src = """static inline float KERNEL_get(__global const float* restrict p, int i) { return p[i]; }
+__kernel void KERNEL(__global const float* X, __global float* Y) {
+    const int g = get_global_id(0);
+    Y[g] = KERNEL_get(X + 8, g);
+}"""
+    v, _ = run_kernel(src, [64, 64], [np.ones(16, np.float32), np.zeros(16, np.float32)])
+    assert v is not None and v.arg == 0 and v.offset // v.esize == 16 and v.count == 8
+
+
+MODULE = """module @m {
+  func @main(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+    %0 = add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> loc("onnx:Add_0")
+    %1 = relu %0 : (tensor<4x8xf32>) -> tensor<4x8xf32> loc("onnx:Relu_1")
+    return %1 : tensor<4x8xf32>
+  }
+}"""
+
+
+def checked(source: str = MODULE, **kw: object) -> tuple[Executable, list[np.ndarray]]:
+    m = parse_module(source, "<test>")
+    lower_module(m, here(), check_bounds=True)
+    f = m.funcs[0]
+    rng = np.random.default_rng(0)
+    return Executable(m, f, **kw), [rng.standard_normal(a.type.dims).astype(np.float32) for a in f.args]
+
+
+def test_a_checked_module_runs_on_the_pool_and_matches() -> None:
+    exe, (x, b) = checked(poison=True)
+    assert exe.execution == "pool" and exe.checks is not None and exe.checks.bounds
+    for _ in range(3):
+        (y,) = exe.run([x, b])
+        np.testing.assert_allclose(y, np.maximum(x + b, 0), rtol=1e-6)
+
+
+def test_a_corrupted_extent_is_reported_as_a_kernel_fault_naming_kernel_node_and_argument() -> None:
+    """The relu's output extent shrunk by one element in the program: its last store is out of bounds."""
+    m = parse_module(MODULE, "<test>")
+    lower_module(m, here(), check_bounds=True)
+    prog = m.funcs[0].block.ops[0]
+    relu = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch" and op.loc == ("onnx:Relu_1",))
+    name = relu.attrs["kernels"][0]["name"]
+    head = prog.attrs["source"].index(f"void {name}(")
+    src = prog.attrs["source"]
+    shrunk = src[head:].replace("const ulong tsl_n_out0 = 128UL", "const ulong tsl_n_out0 = 124UL", 1)
+    prog.attrs["source"] = src[:head] + shrunk
+    exe = Executable(m, m.funcs[0])
+    with pytest.raises(KernelFault) as e:
+        exe.run([np.ones((4, 8), np.float32), np.ones(8, np.float32)])
+    d = e.value.diagnostics[0]
+    assert d.message == (f"out-of-bounds write in kernel {name} (ONNX node Relu_1): element 16 of a "
+                         "31-element buffer")
+    notes = "\n".join(n.message for n in d.notes)
+    assert "the access is a 16-element vector (elements 16 to 31)" in notes
+    assert ("the buffer is the kernel's argument 'out0' (out0: result #0 of the launch, "
+            "tensor<4x8xf32>)") in notes
+    assert e.value.exit_code == 3
+
+
+def test_poison_fills_the_plan_and_the_trace_finds_unwritten_memory() -> None:
+    exe, (x, b) = checked(poison=True)
+    launches = trace_launches(exe, [x, b])
+    assert [op.loc for op, _ in launches] == [("onnx:Add_0",), ("onnx:Relu_1",)]
+    assert all(poisoned(r) == 0 for _, rs in launches for r in rs)
+    exe.checks.before(exe._pool_queue)  # the plan as a run starts: every slot poisoned
+    slot = exe.slots[0]
+    raw = np.array(slot.mem[:128]).view(np.uint32) if exe.svm else None
+    if raw is not None:
+        assert np.all(raw == 0x7FA00000)
+        assert poisoned(raw.view(np.float32)) == 32
+
+
+@pytest.mark.parametrize("dtypes, first", [({"f32"}, 0x7FA00000), ({"i64", "f16"}, 0x7D00),
+                                           ({"i32", "bool"}, 0xA5)])
+def test_poison_patterns_follow_the_buffer_dtype(dtypes: set[str], first: int) -> None:
+    from tessel.targets.opencl.checks import poison_pattern
+
+    p = poison_pattern(dtypes)
+    width = 4 if first > 0xFFFF else 2 if first > 0xFF else 1
+    assert int.from_bytes(p[:width].tobytes(), "little") == first
