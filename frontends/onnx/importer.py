@@ -50,6 +50,8 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and friends
+        if "alloc failed" in str(e).lower():  # protobuf's arena out of memory: say so (tools: exit 1)
+            raise MemoryError(str(e)) from None
         hint = ""
         if data.lstrip()[:6] in (b"module", b"func @") or data.lstrip().startswith(b"//"):
             hint = "; it looks like tessel IR text, which tessel-opt and tessel-run read"
