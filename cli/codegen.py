@@ -64,7 +64,8 @@ def lower_with_remarks(module: Module, info: Any, no_winograd: bool, tuning: Any
     from ..targets.opencl.lower import lower_module
 
     said: list | None = [] if categories else None
-    lower_module(module, info, said, lower_schedule(no_winograd), tuning, check_bounds or None)
+    checks = {"check_bounds": True} if check_bounds else {}  # else $TESSEL_CHECK_BOUNDS decides
+    lower_module(module, info, said, lower_schedule(no_winograd), tuning, **checks)
     for r in said or ():
         if r.category in categories:
             click.echo(r.text(), err=True)
