@@ -138,7 +138,7 @@ def load_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
-    from common import optimize, ort_options, profiled_twin
+    from common import ATOL, RTOL, optimize, ort_options, profiled_twin
     from tessel.targets.numpy.interpreter import run_func
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.lower import lower_module
@@ -162,7 +162,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     exe = Executable(module, func, device)
     got = exe.run(arrays)
     compile_ms = (time.perf_counter() - t0) * 1000
-    correct = all(np.allclose(g, w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want, strict=True))
+    correct = all(np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want, strict=True))
     max_err = max(float(np.abs(g.astype(np.float64) - w).max(initial=0.0))
                   for g, w in zip(got, want, strict=True))
     exe.settle(arrays)  # `auto` execution chooses the pool or the inline device before anything is timed

@@ -9,6 +9,9 @@ from typing import Any
 ORT_THREADS = 2
 """onnxruntime's intra-op threads: the machine's two cores, as tessel's device has."""
 
+RTOL, ATOL = 1e-3, 1e-4
+"""How close tessel's outputs must be to onnxruntime's (np.allclose) for a bench to call a model correct."""
+
 
 def ort_options(**settings: Any) -> Any:
     """onnxruntime SessionOptions as the benches run it (ORT_THREADS threads, warnings off), with

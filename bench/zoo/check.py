@@ -25,19 +25,16 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
-
-RTOL, ATOL = 1e-3, 1e-4
+from common import ATOL, RTOL, ort_options  # noqa: E402
 
 
 def ort_session(data: bytes):  # noqa: ANN201
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.log_severity_level = 3
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, ort_options(), providers=["CPUExecutionProvider"])
 
 
 def median_ms(fn, rounds: int = 3, budget_s: float = 0.5, most: int = 30) -> float:  # noqa: ANN001

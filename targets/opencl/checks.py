@@ -24,6 +24,7 @@ import numpy as np
 
 from ...ir.core import Func, Op
 from ...ir.diagnostics import Diagnostic, DiagnosticError
+from .kernels.base import arg_ref
 from .sanitize import ERROR_BUFFER_BYTES, RECORD, Violation, kernel_names
 
 POISON = {"f32": (0x7FA00000, np.uint32), "f64": (0x7FF4000000000000, np.uint64), "f16": (0x7D00, np.uint16),
@@ -163,7 +164,10 @@ def describe(v: Violation, exe: Any) -> Diagnostic:
 
 def _bound(name: str, step: Any, exe: Any) -> str:
     launch = exe.func.block.ops[step.launch]
-    kind, index = name.rstrip("0123456789"), int(name[len(name.rstrip("0123456789")):] or 0)
+    try:
+        kind, index = arg_ref(name)
+    except ValueError:
+        return name
     if kind == "in" and index < len(launch.operands):
         return f"{name}: operand #{index} of the launch, {launch.operands[index].type}"
     if kind == "out" and index < len(launch.results):
@@ -211,10 +215,10 @@ def trace_launches(exe: Any, inputs: list[np.ndarray]) -> list[tuple[Op, list[np
 
 def poisoned(a: np.ndarray) -> int:
     """How many elements of `a` hold a poison pattern exactly (memory no kernel wrote, copied as is)."""
-    for dtype, t in ((np.float32, "f32"), (np.float64, "f64"), (np.float16, "f16")):
-        if a.dtype == dtype:
-            value, kind = POISON[t]
-            return int((np.ascontiguousarray(a).view(kind) == value).sum())
+    t = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(a.dtype.name)
+    if t is not None:
+        value, kind = POISON[t]
+        return int((np.ascontiguousarray(a).view(kind) == value).sum())
     if a.dtype.kind in "iub" and a.dtype.itemsize:
         marker = np.full(a.dtype.itemsize, INT_POISON, np.uint8).view(a.dtype)[0]
         return int((a == marker).sum())

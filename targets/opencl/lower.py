@@ -32,7 +32,7 @@ from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .device import preamble
 from .kernels import load_all
-from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template
+from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template, arg_ref
 from .records import EXECUTION_SPACE, Tuning, model_key, signature
 from .sanitize import PREAMBLE as SANITIZER_PREAMBLE
 from .sanitize import instrument
@@ -369,9 +369,7 @@ def _launch(module: Module, block: Block, op: Op, st: _State) -> Op | None:
 
 def _arg_bytes(name: str, operands: list[Value], op: Op, low: Lowered) -> int:
     """The bytes of the buffer a launch binds to kernel argument `name` (in<i>, out<j>, tmp<k>)."""
-    m = re.fullmatch(r"(in|out|tmp)(\d+)", name)
-    assert m is not None, name
-    kind, index = m.group(1), int(m.group(2))
+    kind, index = arg_ref(name)
     if kind == "in":
         return _bytes(operands[index].type)
     if kind == "out":

@@ -632,13 +632,25 @@ class Violation:
 
 
 def kernel_names(source: str, kernel: str) -> tuple[list[str], list[str]]:
-    """The parameter names and the __local arrays (in declaration order) of `kernel` in a program."""
-    m = re.search(rf"__kernel\s+void\s+{re.escape(kernel)}\s*\(([^)]*)\)", source)
-    if m is None:
+    """The parameter names and the __local arrays (in declaration order, as the checks number them) of
+    `kernel` in an instrumented program; empty lists where the program has no such kernel."""
+    try:
+        k = Kernels(source, [])
+    except SanitizeError:
         return [], []
-    params = [re.findall(r"\w+", p)[-1] for p in m.group(1).split(",") if p.strip()]
-    body = source[m.end():]
-    nxt = re.search(r"\n__kernel\s", body)
-    body = body[: nxt.start()] if nxt else body
-    arrays = re.findall(r"__local\s+\w+\s+(\w+)\s*\[", body)
-    return params, [a for a in arrays if a != "tsl_lsink"]
+    f = next((f for f in k.funcs if f.kernel and f.name == kernel), None)
+    if f is None:
+        return [], []
+    arrays = []
+    for i in range(*f.body):
+        if SPACES.get(k.text(i)) != "local" or k.toks[i][0] != "id":
+            continue
+        j = k.nxt(i)
+        while k.text(j) in QUALIFIERS or TYPE.match(k.text(j)):
+            j = k.nxt(j)
+        for a, b in k._split(j, k._statement_end(j, f.body[1]) - 1):  # each declarator: `name[N]` is one
+            while a < b and k.toks[a][0] in ("ws", "pp"):
+                a += 1
+            if a < b and k.toks[a][0] == "id" and k.text(k.nxt(a)) == "[" and k.text(a) != "tsl_lsink":
+                arrays.append(k.text(a))
+    return [name for name, _ in f.params], arrays

@@ -26,6 +26,8 @@ import onnx
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from .draws import Draws
+
 OPSETS = (11, 13, 17, 18, 21)
 """Default-domain opsets the graphs use: each changes how some op takes its arguments (axes as an
 attribute or an input, Softmax's 2-D coercion before 13, Pad's axes from 18, wrap padding from 19)."""
@@ -81,7 +83,7 @@ class GraphCase:
         return f"GraphCase(opset={self.opset}, inputs={shapes}, ops={self.ops})"
 
 
-class GraphBuilder:
+class GraphBuilder(Draws):
     """Builds one graph from hypothesis draws. Op generators (graph_ops.py) call `node`, `weight`,
     `ints`, `pick` and the draw helpers."""
 
@@ -98,23 +100,6 @@ class GraphBuilder:
         self.values: list[Val] = []  # float operands for later ops: inputs and node outputs
         self.typed: list[Val] = []  # the int32, int64 and bool ones (graph_typed.py's generators read them)
         self._count = 0
-
-    # drawing ------------------------------------------------------------------------------------------
-    def integer(self, lo: int, hi: int) -> int:
-        return int(self.draw(st.integers(lo, hi)))
-
-    def choice(self, seq: Sequence[Any]) -> Any:
-        return self.draw(st.sampled_from(list(seq)))
-
-    def chance(self, percent: int) -> bool:
-        """True with about `percent`% probability; shrinks towards False."""
-        return bool(self.draw(st.integers(0, 99)) >= 100 - percent)
-
-    def subset(self, items: Sequence[int], min_size: int = 0) -> list[int]:
-        chosen = [i for i in items if self.chance(50)]
-        while len(chosen) < min_size:
-            chosen = sorted(set(chosen) | {self.choice(items)})
-        return chosen
 
     # values -------------------------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from .draws import Draws
+
 MAX_ELEMENTS = 2048
 FLOATS = ("f32", "f16")
 
@@ -39,7 +41,7 @@ class ModuleCase:
         return f"ModuleCase(ops={self.ops})\n{self.text}"
 
 
-class ModuleBuilder:
+class ModuleBuilder(Draws):
     """Builds one func from hypothesis draws; module_ops.py's makers call `op`, `const`, `pick` and the
     draw helpers."""
 
@@ -60,15 +62,6 @@ class ModuleBuilder:
         self.pinned: list[Any] = []  # results of the func that no op may read (`pin`)
 
     # drawing --------------------------------------------------------------------------------------------
-    def integer(self, lo: int, hi: int) -> int:
-        return int(self.draw(st.integers(lo, hi)))
-
-    def choice(self, seq: Sequence[Any]) -> Any:
-        return self.draw(st.sampled_from(list(seq)))
-
-    def chance(self, percent: int) -> bool:
-        return bool(self.draw(st.integers(0, 99)) >= 100 - percent)
-
     def dims(self, rank: int, budget: int = 512) -> tuple[int, ...]:
         shape: list[int] = []
         for _ in range(rank):

@@ -45,9 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: `python tests/fuzz/run.py`
     sys.path.insert(0, str(ROOT))
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
-from hypothesis import seed as hseed  # noqa: E402
-
+from tests.fuzz.batch import find_and_shrink  # noqa: E402
 from tests.fuzz.graphs import GraphCase, default_feeds, graphs  # noqa: E402
 from tests.fuzz.mutate import check_parse, corpus, mutate  # noqa: E402
 from tests.fuzz.property import LEVELS, TARGETS, Finding, Outcome, check_graph, opencl_device  # noqa: E402
@@ -170,80 +168,45 @@ class Findings:
 
 
 # graphs ------------------------------------------------------------------------------------------------
-class _Failed(Exception):
-    pass
-
-
 def graph_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadline: float,
                 stats: Stats, findings: Findings, progress: Progress) -> None:
-    state: dict = {"focus": None, "since": 0.0, "last": None}
-
     per_graph = stats.graph_seconds / stats.generated if stats.generated else 1.0
     size = max(1, min(BATCH, int((deadline - time.monotonic()) / max(per_graph, 1e-3))))
 
-    @hseed(batch_seed)
-    @settings(max_examples=size, database=None, deadline=None, derandomize=False,
-              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
-              report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False)
-    @given(graphs(max_steps=args.max_steps))
-    def prop(case: GraphCase) -> None:
-        focus: Finding | None = state["focus"]
-        if focus is None:
-            if time.monotonic() > deadline:
-                return  # the rest of the batch passes unchecked (reject() would make hypothesis draw more)
-            out = check_graph(case, args.levels, args.targets)
-            stats.record(out, case.generators)
-            progress.tick(stats)
-            new = []
-            for f in out.findings:
-                s = findings.known(f, set(case.ops))
-                if s is None:
-                    new.append(f)
-                else:
-                    s.repeats += 1
-            if new:
-                state.update(focus=new[0], since=time.monotonic(), last=(case, out))
-                raise _Failed
-            return
-        now = time.monotonic()
-        if now - state["since"] > args.shrink_seconds or now > deadline + 15:
-            return  # stop shrinking: the smallest failure so far is kept
+    def first(case: GraphCase) -> tuple[Finding, Outcome] | None:
+        out = check_graph(case, args.levels, args.targets)
+        stats.record(out, case.generators)
+        progress.tick(stats)
+        new = []
+        for f in out.findings:
+            s = findings.known(f, set(case.ops))
+            if s is None:
+                new.append(f)
+            else:
+                s.repeats += 1
+        return (new[0], out) if new else None
+
+    def again(case: GraphCase, focus: Finding) -> Outcome | None:
         levels = [focus.level if focus.level is not None else 0]
-        targets = [focus.target] if focus.target else []
-        out = check_graph(case, levels, targets, first_only=True)
-        if any(f.stage == focus.stage for f in out.findings):
-            state["last"] = (case, out)
-            raise _Failed
+        out = check_graph(case, levels, [focus.target] if focus.target else [], first_only=True)
+        return out if any(f.stage == focus.stage for f in out.findings) else None
 
-    try:
-        prop()
-    except _Failed:
-        pass
-    except Exception as e:  # a bug in graphs.py (finish() asserts validity), or hypothesis giving up
-        if state["focus"] is None:
-            name = type(e).__name__
-            if name not in ("Unsatisfiable", "Flaky", "FlakyFailure"):
-                stats.generator_errors[f"{name}: {str(e).splitlines()[0][:150] if str(e) else ''}"] += 1
-    if state["last"] is not None:
-        case, out = state["last"]
-        if not out.findings:
-            return
-        focus = state["focus"]
-        levels = [focus.level if focus.level is not None else 0]
-        targets = [focus.target] if focus.target else []
+    found = find_and_shrink(graphs(max_steps=args.max_steps), size, batch_seed, deadline, args.shrink_seconds,
+                            first, again, stats.generator_errors)
+    if found is None or not found.kept.findings:
+        return
+    best = found
 
-        def still_fails(c: GraphCase) -> bool:
-            o = check_graph(c, levels, targets, first_only=True)
-            if any(f.stage == focus.stage for f in o.findings):
-                state["last"] = (c, o)
-                return True
-            return False
+    def still_fails(c: GraphCase) -> bool:
+        o = again(c, best.focus)
+        if o is not None:
+            best.case, best.kept = c, o
+        return o is not None
 
-        left = args.shrink_seconds - (time.monotonic() - state["since"])
-        reduce_case(case, still_fails, seconds=max(left, 10.0))
-        case, out = state["last"]
-        saved = findings.save_graph(case, out, run_seed, batch_seed)
-        progress.note(f"new failure saved to {saved.path}: {saved.summary}")
+    left = args.shrink_seconds - (time.monotonic() - found.since)
+    reduce_case(found.case, still_fails, seconds=max(left, 10.0))
+    saved = findings.save_graph(best.case, best.kept, run_seed, batch_seed)
+    progress.note(f"new failure saved to {saved.path}: {saved.summary}")
 
 
 # the parser ----------------------------------------------------------------------------------------------

@@ -19,9 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hseed
-
+from tests.fuzz.batch import find_and_shrink
 from tests.fuzz.module_check import ModuleFinding, check_module, pass_specs, pipelines
 from tests.fuzz.modules import ModuleCase, modules
 
@@ -57,56 +55,29 @@ def _key(f: ModuleFinding) -> str:
     return f.stage + ":" + re.sub(r"'[^']*'|\"[^\"]*\"|[-+]?\d[\d.e+-]*|%\w+", "#", first)[:200]
 
 
-class _Failed(Exception):
-    pass
-
-
 def module_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadline: float, stats: Any,
                  findings: Any, progress: Any) -> None:
     """Up to BATCH modules (fewer when the time is nearly up); a new failure is shrunk and saved."""
     mstats: ModuleStats = stats.modules
-    state: dict = {"focus": None, "since": 0.0, "last": None}
     per = stats.module_seconds / mstats.built if mstats.built else 2.0
     size = max(1, min(BATCH, int((deadline - time.monotonic()) / max(per, 1e-3))))
 
-    @hseed(batch_seed)
-    @settings(max_examples=size, database=None, deadline=None, derandomize=False,
-              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
-              report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False)
-    @given(modules(max_steps=args.module_steps))
-    def prop(case: ModuleCase) -> None:
-        focus: ModuleFinding | None = state["focus"]
-        if focus is None:
-            if time.monotonic() > deadline:
-                return
-            out = check_module(case.text)
-            mstats.record(case, out)
-            progress.tick(stats)
-            new = [f for f in out.findings if not _repeat(findings, f)]
-            if new:
-                state.update(focus=new[0], since=time.monotonic(), last=(case, new[0]))
-                raise _Failed
-            return
-        if time.monotonic() - state["since"] > args.shrink_seconds or time.monotonic() > deadline + 15:
-            return
-        out = check_module(case.text, [focus.spec], first_only=True)
-        same = [f for f in out.findings if f.stage == focus.stage and f.failing_pass == focus.failing_pass]
-        if same:
-            state["last"] = (case, same[0])
-            raise _Failed
+    def first(case: ModuleCase) -> tuple[ModuleFinding, ModuleFinding] | None:
+        out = check_module(case.text)
+        mstats.record(case, out)
+        progress.tick(stats)
+        new = [f for f in out.findings if not _repeat(findings, f)]
+        return (new[0], new[0]) if new else None
 
-    try:
-        prop()
-    except _Failed:
-        pass
-    except Exception as e:  # a bug in modules.py / module_ops.py (finish() verifies), or hypothesis giving up
-        if state["focus"] is None:
-            name = type(e).__name__
-            if name not in ("Unsatisfiable", "Flaky", "FlakyFailure"):
-                mstats.generator_errors[f"{name}: {str(e).splitlines()[0][:150] if str(e) else ''}"] += 1
-    if state["last"] is not None:
-        case, finding = state["last"]
-        saved = save_module(findings, case, finding, run_seed, batch_seed)
+    def again(case: ModuleCase, focus: ModuleFinding) -> ModuleFinding | None:
+        out = check_module(case.text, [focus.spec], first_only=True)
+        return next((f for f in out.findings
+                     if f.stage == focus.stage and f.failing_pass == focus.failing_pass), None)
+
+    found = find_and_shrink(modules(max_steps=args.module_steps), size, batch_seed, deadline,
+                            args.shrink_seconds, first, again, mstats.generator_errors)
+    if found is not None:
+        saved = save_module(findings, found.case, found.kept, run_seed, batch_seed)
         progress.note(f"new failure saved to {saved.path}: {saved.summary}")
 
 

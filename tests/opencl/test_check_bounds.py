@@ -159,3 +159,56 @@ def test_poison_patterns_follow_the_buffer_dtype(dtypes: set[str], first: int) -
     p = poison_pattern(dtypes)
     width = 4 if first > 0xFFFF else 2 if first > 0xFF else 1
     assert int.from_bytes(p[:width].tobytes(), "little") == first
+
+
+T = "tensor<1x2x16x8xf32>"
+ATTENTION = f"""module @m {{
+  func @main(%q: {T}, %k: {T}, %v: {T}) -> {T} {{
+    %0 = attention %q, %k, %v {{scale = 0.5}} : ({T}, {T}, {T}) -> {T} loc("onnx:Attention_0")
+    return %0 : {T}
+  }}
+}}"""
+
+
+def test_a_local_array_overrun_is_reported_by_the_array_name() -> None:
+    """The attention kernel's __local key panel `kl` shrunk to half in the program: the kernel's fill of
+    its second half is out of bounds, and the fault names the array, not a kernel argument."""
+    m = parse_module(ATTENTION, "<test>")
+    lower_module(m, here(), check_bounds=True)
+    prog = m.funcs[0].block.ops[0]
+    assert "const ulong tsl_n_kl = 512UL" in prog.attrs["source"]
+    prog.attrs["source"] = prog.attrs["source"].replace("const ulong tsl_n_kl = 512UL",
+                                                        "const ulong tsl_n_kl = 256UL")
+    exe = Executable(m, m.funcs[0])
+    rng = np.random.default_rng(0)
+    with pytest.raises(KernelFault) as e:
+        exe.run([rng.standard_normal((1, 2, 16, 8)).astype(np.float32) for _ in range(3)])
+    d = e.value.diagnostics[0]
+    kernel = exe.steps[0].name
+    assert d.message.startswith(f"out-of-bounds write of __local array 'kl' in kernel {kernel} "
+                                "(ONNX node Attention_0): element ")
+    assert d.message.endswith("of a 64-element array")
+    assert int(d.message.split("element ")[1].split()[0]) >= 64
+    assert not any("the kernel's argument" in n.message for n in d.notes)
+
+
+def test_cooperative_execution_refuses_checked_kernels() -> None:
+    from tessel.ir.diagnostics import DiagnosticError
+
+    with pytest.raises(DiagnosticError, match="cooperative execution cannot run checked kernels"):
+        checked(execution="cooperative")
+    exe, _ = checked(poison=True, execution="auto")  # auto settles on the pool, without comparing ways
+    assert exe.execution == "pool"
+
+
+def test_poisoned_counts_the_pattern_of_each_dtype() -> None:
+    import ml_dtypes
+
+    f = np.array([0x7FA00000, 0x7FC00000, 0x7FA00000], np.uint32).view(np.float32)  # the quiet NaN is not
+    assert poisoned(f) == 2
+    assert poisoned(np.array([0x7D00, 0x7E00], np.uint16).view(np.float16)) == 1
+    assert poisoned(np.array([0x7FA0, 0x7FA0, 0], np.uint16).view(ml_dtypes.bfloat16)) == 2
+    assert poisoned(np.array([0xA5A5A5A5, 7, -1], np.int64).astype(np.uint32).view(np.int32)) == 1
+    assert poisoned(np.full(5, 0xA5, np.uint8).view(np.bool_)) == 5
+    assert poisoned(np.array([0xA5A5A5A5A5A5A5A5, 0], np.uint64).view(np.int64)) == 1
+    assert poisoned(np.zeros(0, np.float32)) == 0

@@ -4,7 +4,14 @@ against which root, the hidden arguments it threads through helpers, and what it
 from __future__ import annotations
 
 import pytest
-from tessel.targets.opencl.sanitize import SanitizeError, Violation, instrument, kernel_names, tokenize
+from tessel.targets.opencl.sanitize import (
+    PREAMBLE,
+    SanitizeError,
+    Violation,
+    instrument,
+    kernel_names,
+    tokenize,
+)
 
 
 def test_index_deref_and_vector_accesses_are_checked_against_their_root() -> None:
@@ -71,6 +78,24 @@ def test_local_arrays_are_roots_and_get_a_local_sink() -> None:
     assert "(*TSL_L(float, row + (0), L, 1, sizeof(float))) = " in out
     assert "TSL_L(float, L + (15 - l), L, 0, sizeof(float))" in out
     assert kernel_names(out.replace("KERNEL", "k0"), "k0") == (["X", "Y", "tsl_err", "tsl_step"], ["L"])
+
+
+def test_kernel_names_numbers_the_local_arrays_as_the_checks_do() -> None:
+    src = """__kernel void KERNEL(__global const float* X, __global float* Y) {
+    __local float A[8], B[4];
+    local const int C[2];
+    __local float* p = A + 1;
+    A[get_local_id(0)] = X[get_global_id(0)];
+    B[0] = A[0]; p[0] = (float)C[0];
+    Y[get_global_id(0)] = B[1];
+}"""
+    out = instrument(src, [64, 64])
+    assert "const int tsl_a_A = -1;" in out and "const int tsl_a_B = -2;" in out and "tsl_a_C = -3;" in out
+    program = PREAMBLE + out.replace("KERNEL", "k1") + src.replace("KERNEL", "k2")
+    assert kernel_names(program, "k1") == (["X", "Y", "tsl_err", "tsl_step"], ["A", "B", "C"])
+    assert kernel_names(program, "k2") == (["X", "Y"], ["A", "B", "C"])
+    assert kernel_names(program, "k3") == ([], [])
+    assert kernel_names("__kernel void k1(@", "k1") == ([], [])
 
 
 def test_names_that_are_not_pointers_and_address_taking_are_left_alone() -> None:

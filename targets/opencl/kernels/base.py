@@ -102,7 +102,16 @@ class Kernel:
     source: str
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None = None
-    args: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None  # what each parameter binds: in<i>, out<j> or tmp<k> (arg_ref)
+
+
+def arg_ref(name: str) -> tuple[str, int]:
+    """What a kernel argument name binds: ('in', i) for the launch's operand i, ('out', j) for its result
+    j, ('tmp', k) for its scratch buffer k. Any other name is a template bug (ValueError)."""
+    kind = name.rstrip("0123456789")
+    if kind not in ("in", "out", "tmp") or kind == name:
+        raise ValueError(f"kernel argument {name!r} is not in<i>, out<j> or tmp<k>")
+    return kind, int(name[len(kind):])
 
 
 @dataclass
