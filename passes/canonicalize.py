@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 from ..ir.attributes import DenseAttr
 from ..ir.core import Module, Op, Value
+from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.ops.registry import load_all
 from ..ir.types import TensorType
 from .common import const_attr, reshape_groups, splat_value
 from .manager import Pass, PassContext
-from .rewrite import Pattern, Rewriter, apply_patterns_greedily
+from .rewrite import NotConverged, Pattern, Rewriter, apply_patterns_greedily
 
 
 def _same_type(op: Op, v: Value) -> bool:
@@ -314,10 +315,21 @@ class Canonicalize(Pass):
 
     NAME = "canonicalize"
     STATISTICS = {"num-rewrites": "Number of rewrites applied (patterns and dead ops erased)"}
-    max_iterations: int = field(default=1_000_000, metadata={"min": 1})  # 0 could never converge
+    max_iterations: int = field(default=1_000_000, metadata={"min": 1})  # op visits; 0 could never converge
+    test_convergence: bool = False  # running out of visits with work left is an error, not a stop
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        n = apply_patterns_greedily(module, make_patterns(module), self.max_iterations)
+        try:
+            n = apply_patterns_greedily(module, make_patterns(module), self.max_iterations)
+        except NotConverged as e:
+            if self.test_convergence:
+                raise DiagnosticError(Diagnostic(
+                    "error", f"canonicalize did not converge within max-iterations={e.visits} op visits "
+                    f"({e.rewrites} rewrites made); this '{e.op.name}' op was still to visit",
+                    e.op.pos, e.op.loc)) from None
+            if self.max_iterations == Canonicalize.max_iterations:
+                raise  # the default limit runs out only when patterns undo each other: a compiler bug
+            n = e.rewrites  # a limit asked for: stop there, the module valid as the last rewrite left it
         self.stat("num-rewrites", n)
 
 

@@ -82,9 +82,20 @@ class Rewriter:
             self.push_users(r)
 
 
+class NotConverged(RuntimeError):
+    """The greedy driver ran out of op visits with work left: the module is valid (every rewrite completed)
+    but not yet a fixed point. Under the default limit, patterns that undo each other (a bug)."""
+
+    def __init__(self, visits: int, rewrites: int, op: Op):
+        super().__init__(f"greedy rewrite driver did not converge within {visits} op visits "
+                         f"(patterns undo each other?)")
+        self.visits, self.rewrites, self.op = visits, rewrites, op  # op: the next one it would have visited
+
+
 def apply_patterns_greedily(module: Module, patterns: dict[str, list[Pattern]],
                             max_visits: int = 1_000_000) -> int:
-    """Apply `patterns` (by op name; key "*" for every op) until none applies. Returns rewrites made."""
+    """Apply `patterns` (by op name; key "*" for every op) until none applies. Returns rewrites made;
+    raises NotConverged after `max_visits` op visits with ops still on the worklist."""
     rw = Rewriter()
     for op in module.walk():
         rw.push(op)
@@ -97,7 +108,7 @@ def apply_patterns_greedily(module: Module, patterns: dict[str, list[Pattern]],
             continue
         visits += 1
         if visits > max_visits:
-            raise RuntimeError("greedy rewrite driver did not converge (patterns undo each other?)")
+            raise NotConverged(max_visits, rw.rewrites, op)
         if is_pure(op) and op.results and all(not r.uses for r in op.results):
             rw.erase_op(op)
             rw.rewrites += 1
