@@ -204,7 +204,8 @@ def soak(module: Module, func: Func, inputs: Sequence[np.ndarray], runs: int, lo
     loads, then stay (the transformer encoder under cooperative execution: +1.3 MiB by the 750th load, not
     a byte more by the 2500th)."""
     from ..targets.opencl import device as dev
-    from ..targets.opencl.runtime import ADAPT_AFTER, Executable
+    from ..targets.opencl.adapt import ADAPT_AFTER
+    from ..targets.opencl.runtime import Executable
 
     device = device if device is not None else dev.pick_device()
     warm_r = min(runs, warmup_runs if warmup_runs is not None else max(2 * ADAPT_AFTER, runs // 10))

@@ -15,8 +15,9 @@ from tessel.frontends.onnx.importer import import_model
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
 from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.adapt import ADAPT_AFTER
 from tessel.targets.opencl.lower import lower_module
-from tessel.targets.opencl.runtime import ADAPT_AFTER, Executable
+from tessel.targets.opencl.runtime import Executable
 
 from .test_execution import inputs, lowered, needs_companion
 

@@ -14,8 +14,9 @@ from tessel.ir.parser import parse_module
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
 from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.adapt import ADAPT_AFTER
 from tessel.targets.opencl.lower import lower_module
-from tessel.targets.opencl.runtime import ADAPT_AFTER, Executable
+from tessel.targets.opencl.runtime import Executable
 
 from .conftest import here
 
@@ -113,7 +114,7 @@ def test_hybrid_plan_places_small_steps_inline() -> None:
     """Two big kernels that the pool runs twice as fast, small ones between: the small ones go inline
     when the pool's launch costs more than the second core saves, and a lone small step between pool
     steps stays on the pool when a finish (two pool launches) costs more than it saves."""
-    from tessel.targets.opencl.runtime import hybrid_plan
+    from tessel.targets.opencl.adapt import hybrid_plan
 
     assert hybrid_plan([100, 2, 2, 2, 100], [200, 3, 3, 3, 200], 10, 1) == [
         "pool", "inline", "inline", "inline", "pool"]
@@ -174,7 +175,7 @@ def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.M
     beside it. Comparing each way's best time, or a cycle whose order never rotates (the pool always ahead
     of cooperative), would choose the pool."""
     needs_companion()
-    from tessel.targets.opencl import runtime
+    from tessel.targets.opencl import adapt
 
     m = lowered()
     exe = Executable(m, m.funcs[0], execution="auto")
@@ -183,7 +184,7 @@ def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.M
     order: list[str] = []
     clock = {"now": 0.0, "phase": 1.0}
     cost = {"pool": 1.0, "inline": 1.5, "cooperative": 0.9}
-    monkeypatch.setattr(runtime.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
 
     def enqueue(_inputs):  # noqa: ANN001, ANN202
         way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
@@ -211,7 +212,7 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     wait longer when a recheck is a large share of the time, and a recheck that finds nothing faster keeps
     the choice and tries the next way the time after."""
     needs_companion()
-    from tessel.targets.opencl import runtime
+    from tessel.targets.opencl import adapt
 
     m = lowered()
     exe = Executable(m, m.funcs[0], execution="auto")
@@ -222,7 +223,7 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     both = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
     cost = dict(one_core)
     ran: list[str] = []
-    monkeypatch.setattr(runtime.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
 
     def enqueue(_inputs):  # noqa: ANN001, ANN202
         way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
@@ -242,18 +243,18 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     cost.update(both)
     exe.run(x)  # too soon: no recheck
     assert exe.placement[0] == "inline" and ran[-1] == "inline"
-    clock["now"] += runtime.RECHECK_SECONDS
+    clock["now"] += adapt.RECHECK_SECONDS
     del ran[:]
     exe.run(x)
-    assert ran[:-1].count("cooperative") == ran[:-1].count("inline") == 2 * runtime.RECHECK_CYCLES
+    assert ran[:-1].count("cooperative") == ran[:-1].count("inline") == 2 * adapt.RECHECK_CYCLES
     assert exe.placement[0] == "cooperative" and ran[-1] == "cooperative"
     assert exe.adapt_note.startswith("cooperative: ")
     assert "rechecked: inline had been chosen" in exe.adapt_note
     # that recheck took 16 runs (~13 ms): the next waits until rechecks are RECHECK_SHARE of the time
     assert exe._choice is not None
     wait = exe._choice.recheck_at - clock["now"]
-    assert wait > runtime.RECHECK_SECONDS
-    clock["now"] += runtime.RECHECK_SECONDS
+    assert wait > adapt.RECHECK_SECONDS
+    clock["now"] += adapt.RECHECK_SECONDS
     exe.run(x)
     assert exe._choice.others[0] == "inline"  # not yet
     # nothing beats cooperative now: the next recheck keeps it and moves on to the next way

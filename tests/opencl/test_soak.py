@@ -15,8 +15,8 @@ from tessel.ir.parser import parse_module
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
 from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.adapt import ADAPT_AFTER
 from tessel.targets.opencl.lower import lower_module
-from tessel.targets.opencl.runtime import ADAPT_AFTER
 
 from .conftest import here
 

@@ -1,0 +1,231 @@
+"""How `auto` execution chooses where a model's kernels run (docs/opencl.md "Execution"): after
+ADAPT_AFTER runs it times the pool, the inline companion, cooperative execution and a hybrid plan of pool
+and inline side by side, keeps the fastest, and rechecks the choice now and then. The Adaptive mixin is
+Executable's (runtime.py): it runs the executable's own `enqueue` under each `place`ment."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ADAPT_AFTER = 8
+"""Runs before `auto` compares the ways to run: a model run once or twice (a test, a one-shot
+tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
+ADAPT_MAX_SECONDS = 0.05
+"""When a run on the pool takes longer, `auto` compares it with cooperative execution only: the inline
+device would give up a core, and dispatch is a few percent (a launch costs the pool 5-40 us), unless the
+model has more kernels than PoCL keeps loaded (docs/opencl.md "Execution")."""
+ADAPT_SECONDS = 0.5
+"""About how long `auto` spends comparing the ways to run (within ADAPT_CYCLES)."""
+ADAPT_CYCLES = (3, 25)
+"""The fewest and most interleaved cycles `auto` compares in (a cycle runs each way once or twice)."""
+ADAPT_MARGIN = 0.97
+"""Another way must take under this fraction of the pool's time (by the median ratio) to replace it."""
+RECHECK_SECONDS = 0.5
+"""After choosing, `auto` compares its choice with the runner-up again, side by side, at the first `run`
+once this long has passed (longer when a recheck takes over RECHECK_SHARE of it): a choice made while this
+VM ran at one core's speed (where inline wins) would otherwise stay for the whole process once both cores
+are back (measured: mobilenet_v2 kept hybrid at 1.37 ms a run, cooperative takes 0.78)."""
+RECHECK_CYCLES = 4
+"""Interleaved cycles of a recheck (each runs both ways twice in a row, the faster counts)."""
+RECHECK_SHARE = 0.02
+"""The most of a process's time rechecks may take: the next one waits until its runs would be this share of
+the time since the last."""
+
+
+@dataclass
+class Choice:
+    """What `auto` chose, kept for its rechecks."""
+
+    way: str  # the way runs go now
+    others: list[str]  # the other ways, the one the next recheck tries first
+    plans: dict[str, list[str]]  # each way's placement of the steps
+    recheck_at: float  # perf_counter() time of the next recheck
+
+
+class Adaptive:
+    """`auto`'s choosing, for runtime.Executable (whose attributes and methods these use)."""
+
+    execution: str
+    preferred: str
+    adapt_note: str
+    companion: Any
+    _runs: int
+    _choice: Choice | None
+    _live: list[int]
+
+    def _step_us(self, device: Any, kernels: Sequence[Any], repeat: int = 3) -> list[float]:
+        """Median µs of each step with work, run alone on `device` (a profiling queue of its own, over the
+        buffers as the last run left them)."""
+        cl = self.cl
+        q = cl.CommandQueue(self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        runs = []
+        for _ in range(repeat):
+            events = [cl.enqueue_nd_range_kernel(q, kernels[i], self.steps[i].global_size,
+                                                 self.steps[i].local_size) for i in self._live]
+            q.finish()
+            runs.append([(e.profile.end - e.profile.start) / 1e3 for e in events])
+        return [sorted(r[j] for r in runs)[repeat // 2] for j in range(len(self._live))]
+
+    def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
+        """`auto`, after ADAPT_AFTER runs: compare the pool, the inline device and cooperative execution on
+        these inputs, each compiled by a first run, then timed in interleaved cycles (`_interleaved`), and
+        judged by the median over cycles of its time over the pool's in the same cycle: this VM's noise
+        comes in phases of 0.1-1 s that slow every way of running, so only times taken side by side
+        compare. From each step's time on the pool and inline (profiling events) and the overheads the
+        walls imply, `hybrid_plan` places each step; a plan using both is compared with the pool the same
+        way. The fastest is kept when it beats the pool by ADAPT_MARGIN. A run over ADAPT_MAX_SECONDS on
+        the pool compares the pool with cooperative only."""
+        n = len(self._live)
+        walls = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.enqueue(inputs)
+            walls.append(time.perf_counter() - t0)
+        pool = sorted(walls)[1]
+        long = pool > ADAPT_MAX_SECONDS
+        plans = {"pool": ["pool"] * n}
+        if not long:
+            plans["inline"] = ["inline"] * n
+        if self._cooperative_runner() is not None:
+            plans["cooperative"] = ["cooperative"] * n
+        if len(plans) == 1:
+            self.adapt_note = f"pool: a run takes {pool * 1e3:.1f} ms, dispatch cannot matter"
+            return
+        for name, where in plans.items():
+            if name != "pool":
+                self.place(where)
+                self.enqueue(inputs)  # each device compiles its kernels at their first launch
+        block = 1 if long else 2  # a long run pays nothing to notice for a switch
+        cycles = min(ADAPT_CYCLES[1], max(ADAPT_CYCLES[0], int(ADAPT_SECONDS / (block * pool * len(plans)))))
+        times = self._interleaved(inputs, plans, cycles, block)
+        ratio = {k: _median_ratio(v, times["pool"]) for k, v in times.items()}
+        if "inline" in times and n > 1:
+            pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
+            inline_us = self._step_us(self.companion, self._inline_kernels()[1])
+            pool_wall, inline_wall = statistics.median(times["pool"]), statistics.median(times["inline"])
+            where = hybrid_plan(pool_us, inline_us, max(pool_wall * 1e6 - sum(pool_us), 0.0) / (n + 2),
+                                max(inline_wall * 1e6 - sum(inline_us), 0.0) / n)
+            if len(set(where)) > 1:
+                self._set_plan(where)
+                self.enqueue(inputs)
+                pair = self._interleaved(inputs, {"pool": plans["pool"], "hybrid": where}, cycles, block)
+                plans["hybrid"] = where
+                ratio["hybrid"] = _median_ratio(pair["hybrid"], pair["pool"])
+        best = min(ratio, key=lambda k: ratio[k])
+        if ratio[best] >= ADAPT_MARGIN:
+            best = "pool"
+        self.place(plans[best])
+        pool = statistics.median(times["pool"])
+        self.adapt_note = f"{best}: " + ", ".join(
+            f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
+        others = [k for k in sorted(ratio, key=lambda k: ratio[k]) if k != best]
+        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS)
+
+    def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
+        """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
+        of the last comparison first, the next way at each following recheck. Switch when it now takes
+        under ADAPT_MARGIN of the choice's time (by the median ratio)."""
+        assert self._choice is not None
+        best, others, plans = self._choice.way, self._choice.others, self._choice.plans
+        rival = others[0]
+        if rival == "cooperative" and self._cooperative_runner() is None:  # a record's rivals: not here
+            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at)
+            return
+        t0 = time.perf_counter()
+        times = self._interleaved(inputs, {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
+        ratio = _median_ratio(times[rival], times[best])
+        now = statistics.median(times[best])
+        if ratio >= ADAPT_MARGIN:
+            others = [*others[1:], rival]  # the next recheck tries the next way
+        else:
+            best, others = rival, [best, *others[1:]]
+            self.adapt_note = (f"{best}: {best} {ratio * now * 1e3:.3f} ms, {others[0]} {now * 1e3:.3f} ms a "
+                               f"run (rechecked: {others[0]} had been chosen)")
+        self.place(plans[best])
+        done = time.perf_counter()
+        # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
+        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE))
+
+    def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
+                     block: int) -> dict[str, list[float]]:
+        """Seconds a run of each plan takes, one entry a cycle: each cycle runs every plan `block` times in
+        a row (the fastest counts: the first may pay for the switch), in an order that rotates."""
+        names = list(plans)
+        times: dict[str, list[float]] = {k: [] for k in names}
+        for c in range(cycles):
+            for name in names[c % len(names):] + names[: c % len(names)]:
+                self.place(plans[name])
+                best = math.inf
+                for _ in range(block):
+                    t0 = time.perf_counter()
+                    self.enqueue(inputs)
+                    best = min(best, time.perf_counter() - t0)
+                times[name].append(best)
+        return times
+
+    def _count(self, inputs: Sequence[np.ndarray]) -> None:
+        self._runs += 1
+        if self._runs == ADAPT_AFTER or (self._runs == 1 and self.preferred):
+            self.settle(inputs)
+
+    def _prefer(self) -> None:
+        """`auto` with a tuning record's way: run that way from now on (the pool when it is not possible
+        here), and let the rechecks compare it with the other ways in turn, as after `_adapt` (the
+        cooperative program is built only when a recheck tries it)."""
+        n = len(self._live)
+        plans = {"cooperative": ["cooperative"] * n, "pool": ["pool"] * n, "inline": ["inline"] * n}
+        if self.preferred == "cooperative" and self._cooperative_runner() is None:
+            del plans["cooperative"]
+        way = self.preferred if self.preferred in plans else "pool"
+        self.place(plans[way])
+        others = [k for k in plans if k != way]  # cooperative first: on PoCL's CPU device it usually wins
+        self.adapt_note = f"{way}: the tuning record's way (rechecked against {' and '.join(others)})"
+        self._choice = Choice(way, others, plans, time.perf_counter() + RECHECK_SECONDS)
+
+    def settle(self, inputs: Sequence[np.ndarray]) -> None:
+        """Under `auto`, choose among the pool, the inline device and a hybrid of both now (once), on these
+        inputs; a no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before
+        timing."""
+        if self.execution == "auto" and self.companion is not None and not self.adapt_note:
+            if self.preferred:
+                self._prefer()
+            else:
+                self._adapt(inputs)
+
+
+def _median_ratio(times: Sequence[float], pool: Sequence[float]) -> float:
+    """The median over cycles of a plan's time over the pool's in the same cycle."""
+    return statistics.median(t / p for t, p in zip(times, pool, strict=True))
+
+
+def hybrid_plan(pool_us: Sequence[float], inline_us: Sequence[float], launch_pool: float,
+                launch_inline: float) -> list[str]:
+    """Where each step runs ('pool' or 'inline') for the least predicted time: a step costs its own time
+    on that side plus that side's launch cost, and every change from the pool to the inline device, and a
+    run ending on the pool, costs a finish (the host waits for the pool's workers: taken as two pool
+    launches, as a pool run's overhead divided by launches + 2 implies). By dynamic programming over the
+    steps in order (their order is the data dependence). Small kernels between large ones go inline when
+    the pool's launch and wake-up cost more than the second core gains them."""
+    finish = 2 * launch_pool
+    best = {"pool": (0.0, []), "inline": (0.0, [])}  # side of the last step -> (cost, plan)
+    for tp, ti in zip(pool_us, inline_us, strict=True):
+        step = {"pool": tp + launch_pool, "inline": ti + launch_inline}
+        nxt = {}
+        for side in ("pool", "inline"):
+            options = []
+            for prev in ("pool", "inline"):
+                cost, plan = best[prev]
+                switch = finish if plan and prev == "pool" and side == "inline" else 0.0
+                options.append((cost + step[side] + switch, plan))
+            cost, plan = min(options, key=lambda o: o[0])
+            nxt[side] = (cost, [*plan, side])
+        best = nxt
+    ends = {side: cost + (finish if side == "pool" else 0.0) for side, (cost, _) in best.items()}
+    return best[min(ends, key=lambda k: ends[k])][1]
