@@ -240,17 +240,6 @@ def out_of_memory(kwargs: dict[str, Any], pass_name: str = "") -> str:
     return f"out of host memory while {what} ({where}{f', in pass {pass_name!r}' if pass_name else ''})"
 
 
-def allocation_failed(e: BaseException) -> bool:
-    """Whether `e` is protobuf (upb) saying it could not allocate: a parse's 'Arena alloc failed', or a
-    serialization's bare 'Failed to serialize proto' (onnx.checker serializes the whole model; upb's other
-    reasons, a missing required field or 100 levels of nesting, do not occur in ONNX models)."""
-    if not type(e).__module__.startswith("google.protobuf"):
-        return False
-    text = str(e)
-    return "alloc failed" in text.lower() or (type(e).__name__ == "EncodeError"
-                                              and text == "Failed to serialize proto")
-
-
 def _call_and_flush(f: Callable, args: tuple, kwargs: dict) -> None:
     """Run the tool and flush stdout, so a full disk (or `> /dev/full`) is an error with exit status 1,
     not an internal error or Python's 'Exception ignored' at exit. (Files written with -o are named by
@@ -284,17 +273,15 @@ def handle_errors(f: Callable) -> Callable:
                 traceback.print_exc()
             print_diagnostics(e.diagnostics, tool_name())  # position-less ones read `tessel-opt: error: ...`
             sys.exit(getattr(e, "exit_code", EXIT_INPUT))  # a KernelFault: 3, the compiler made a bad kernel
-        except MemoryError:
+        except MemoryError as e:  # the input is too big for this machine, not a bug (the importer says
+            # so for protobuf's failed allocations; the pass manager names the pass)
             if debug:
                 traceback.print_exc()
-            sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs)}\n")
+            sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs, getattr(e, 'pass_name', ''))}\n")
             sys.exit(EXIT_INPUT)
         except CompilerCrash as e:
             if debug and e.traceback:
                 sys.stderr.write(e.traceback)
-            if e.message.startswith("crashed: MemoryError"):  # the pass manager calls any exception a crash
-                sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs, e.pass_name)}\n")
-                sys.exit(EXIT_INPUT)
             sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
             if e.reproducer:
                 sys.stderr.write(reproducer_message(e.reproducer))
@@ -310,12 +297,7 @@ def handle_errors(f: Callable) -> Callable:
             raise
         except click.ClickException:
             raise
-        except Exception as e:  # a bug in tessel (or protobuf out of memory)
-            if allocation_failed(e):
-                if debug:
-                    traceback.print_exc()
-                sys.stderr.write(f"{tool_name()}: error: {out_of_memory(kwargs)}\n")
-                sys.exit(EXIT_INPUT)
+        except Exception as e:  # a bug in tessel
             tb = traceback.format_exc()
             if debug:
                 sys.stderr.write(tb)

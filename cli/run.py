@@ -381,6 +381,7 @@ def _device_command(list_devices: bool, spec: str) -> None:
 
 def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule,  # noqa: ANN001, ANN202
                 poison, check_bounds):
+    from ..targets.opencl.checks import bounds_checked
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
     from ..targets.opencl.runtime import Executable
@@ -390,8 +391,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     t0 = time.perf_counter()
     if not lowered:
         lower_module(module, dev.device_info(d), None, schedule, check_bounds=check_bounds)
-    elif check_bounds and not any("bounds" in op.attrs.get("checks", []) for op in func.block.ops
-                                  if op.name == "cl.program"):
+    elif check_bounds and not bounds_checked(func):
         raise fail("--check-bounds: this module is lowered without checks (lower it with "
                    "tessel-codegen --check-bounds)", 2)
     exe = Executable(module, func, d, profile=profile, execution=execution, poison=poison)

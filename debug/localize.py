@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.core import Func, Module
+from ..ir.diagnostics import node_clause
 from .validate import Tolerance, compare_arrays, trace
 
 
@@ -31,8 +32,7 @@ def first_wrong_launch(module: Module, func: Func, arrays: list[np.ndarray], exe
                 continue
             launched: list[dict[str, Any]] = list(op.attrs["kernels"])  # type: ignore[arg-type]
             kernels = ", ".join(dict.fromkeys(k["name"] for k in launched)) or "(assembled)"
-            nodes = [n.removeprefix("onnx:") for n in op.loc]
-            where = f" (ONNX node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})" if nodes else ""
+            where = node_clause(op.loc)
             raw = poisoned(got)
             poison = (f"; {raw} of them hold the poison pattern: memory no kernel wrote"
                       if raw else "")

@@ -65,6 +65,17 @@ def format_loc(loc: Loc) -> str:
     return "loc(fused[" + ", ".join(f'"{n}"' for n in loc) + "])"
 
 
+def onnx_nodes(loc: Loc) -> list[str]:
+    """The names in `loc` as a message gives them: an importer's `onnx:Conv_3` as `Conv_3`."""
+    return [n.removeprefix("onnx:") for n in loc]
+
+
+def node_clause(loc: Loc) -> str:
+    """` (ONNX node Conv_3)`, ` (ONNX nodes Conv_3, Relu_4)` for a fused loc, or "" without one."""
+    nodes = onnx_nodes(loc)
+    return f" (ONNX node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})" if nodes else ""
+
+
 def render(diag: Diagnostic, sources: SourceManager = SOURCES, default_file: str = "<unknown>") -> str:
     """The text of a diagnostic and its notes, ending with a newline."""
     out: list[str] = []

@@ -230,6 +230,9 @@ class PassManager:
                 p.run(module, self.ctx)
             except DiagnosticError:
                 raise
+            except MemoryError as e:  # the module is too big for this machine: not a bug, no reproducer
+                e.pass_name = p.NAME  # type: ignore[attr-defined]  # for the tools' message
+                raise
             except Exception as e:  # an internal compiler error
                 raise CompilerCrash(p.NAME, f"crashed: {type(e).__name__}: {e}",
                                     self._reproducer(before, p), traceback.format_exc()) from None

@@ -43,6 +43,18 @@ def _err(message: str, notes: Sequence[str] = ()) -> DiagnosticError:
     return DiagnosticError(d)
 
 
+def allocation_failed(e: BaseException) -> bool:
+    """Whether `e` is protobuf (upb) saying it could not allocate: a parse's 'Arena alloc failed', or a
+    serialization's bare 'Failed to serialize proto' (onnx.checker serializes the whole model; upb's other
+    reasons, a missing required field or 100 levels of nesting, do not occur in ONNX models). `load` raises
+    a MemoryError for either (the tools: exit status 1, 'out of host memory')."""
+    if not type(e).__module__.startswith("google.protobuf"):
+        return False
+    text = str(e)
+    return "alloc failed" in text.lower() or (type(e).__name__ == "EncodeError"
+                                              and text == "Failed to serialize proto")
+
+
 def load(data: bytes, filename: str) -> onnx.ModelProto:
     """Parse and check a model, loading external data from the file's folder."""
     if not data:
@@ -50,7 +62,7 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and friends
-        if "alloc failed" in str(e).lower():  # protobuf's arena out of memory: say so (tools: exit 1)
+        if allocation_failed(e):
             raise MemoryError(str(e)) from None
         hint = ""
         if data.lstrip()[:6] in (b"module", b"func @") or data.lstrip().startswith(b"//"):
@@ -72,6 +84,10 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     except onnx.checker.ValidationError as e:
         flat = " ".join(str(e).split())  # one line, keeping the node name the checker puts on later lines
         raise _err(f"'{filename}' fails onnx.checker: {flat}") from None
+    except Exception as e:
+        if allocation_failed(e):
+            raise MemoryError(str(e)) from None
+        raise
     newest = onnx.defs.onnx_opset_version()
     if default_opset(model) > newest:  # the checker accepts any version; converters would guess
         raise _err(f"'{filename}' imports ONNX opset {default_opset(model)}, but the newest opset this "

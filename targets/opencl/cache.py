@@ -100,25 +100,30 @@ def read_entry(path: str, action: str = "rebuilt", legacy: bytes = b"") -> bytes
 def write_entry(path: str, payload: bytes) -> bool:
     """Store `payload` at `path` atomically; False (and nothing left behind) when the folder cannot be
     written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     header = b"%s %d %d %s\n" % (MAGIC, VERSION, len(payload), hashlib.sha256(payload).hexdigest().encode())
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        replace_atomically(path, [header, payload])
     except OSError:
         return False
+    return True
+
+
+def replace_atomically(path: str, chunks: Sequence[bytes]) -> None:
+    """Write `chunks` to a temporary file of a unique name beside `path`, then rename it over `path`: a
+    reader sees the old file or the new one, never half of one, and two writers never share a temporary
+    file (the last rename wins). Raises OSError, leaving nothing behind."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(payload)
+            for chunk in chunks:
+                f.write(chunk)
         os.replace(tmp, path)
-        return True
-    except BaseException as e:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            return False
         raise
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...ir.core import Func, Op
-from ...ir.diagnostics import Diagnostic, DiagnosticError
+from ...ir.diagnostics import Diagnostic, DiagnosticError, node_clause
 from .kernels.base import arg_ref
 from .sanitize import ERROR_BUFFER_BYTES, RECORD, Violation, kernel_names
 
@@ -44,6 +44,12 @@ class KernelFault(DiagnosticError):
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
+
+
+def bounds_checked(func: Func) -> bool:
+    """Whether the lowered `func`'s kernels check their accesses (its cl.program has checks = ["bounds"])."""
+    return any("bounds" in op.attrs.get("checks", []) for op in func.block.ops
+               if op.name == "cl.program")
 
 
 def poison_pattern(dtypes: set[str]) -> np.ndarray:
@@ -133,8 +139,7 @@ def describe(v: Violation, exe: Any) -> Diagnostic:
     kernel = step.name if step is not None else f"#{v.step}"
     what = "write" if v.store else "read"
     params, arrays = kernel_names(exe._source, kernel) if step is not None else ([], [])
-    nodes = [n.removeprefix("onnx:") for n in (step.loc if step is not None else ())]
-    where = f" (ONNX node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})" if nodes else ""
+    where = node_clause(step.loc) if step is not None else ""
     element, count = v.offset // v.esize, v.extent // v.esize
     if v.local:
         j = -1 - v.arg
@@ -181,11 +186,7 @@ def trace_launches(exe: Any, inputs: list[np.ndarray]) -> list[tuple[Op, list[np
     cl, q = exe.cl, exe._pool_queue
     if exe.checks is not None:
         exe.checks.before(q)
-    for a, b, view in zip(inputs, exe.args, exe._in_views, strict=True):
-        if view is not None:
-            np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
-        elif np.asarray(a).nbytes:
-            cl.enqueue_copy(q, b, np.ascontiguousarray(a), is_blocking=True)
+    exe._write_inputs(q, inputs, blocking=True)
     by_launch: dict[int, list[Any]] = {}
     for s in exe.steps:
         by_launch.setdefault(s.launch, []).append(s)

@@ -17,7 +17,6 @@ Ops no template covers are all listed in one diagnostic, each with its location 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from ...passes.analysis import op_cost, region_ops
 from ...passes.emulate_f16 import emulate_block
 from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
+from .checks import env_flag
 from .device import preamble
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template, arg_ref
@@ -86,7 +86,7 @@ def lower_module(module: Module, info: DeviceInfo | None = None,
     load_all()
     info = info or DeviceInfo.generic()
     if check_bounds is None:
-        check_bounds = os.environ.get("TESSEL_CHECK_BOUNDS", "0") not in ("", "0")
+        check_bounds = env_flag("TESSEL_CHECK_BOUNDS")
     failures: list[tuple[Op, str]] = []
     for func in module.funcs:
         failures += lower_func(module, func, info, remarks, schedule, tuning, check_bounds)

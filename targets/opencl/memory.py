@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from ...ir.attributes import ResourceAttr
 from ...ir.core import Func, Op, Value
-from ...ir.diagnostics import Diagnostic, DiagnosticError
+from ...ir.diagnostics import Diagnostic, DiagnosticError, onnx_nodes
 
 ENV = "TESSEL_DEVICE_MEMORY"
 NOTES = 5
@@ -78,13 +78,9 @@ def _names(nodes: Sequence[str], most: int = 3) -> str:
     return shown + (f" (+{len(nodes) - most} more)" if len(nodes) > most else "")
 
 
-def _node(op: Op) -> list[str]:
-    return [n.removeprefix("onnx:") for n in op.loc]
-
-
 def _launch(op: Op) -> str:
     """A launch by its first ONNX node, and how many more it fused."""
-    nodes = _node(op) or [op.name]
+    nodes = onnx_nodes(op.loc) or [op.name]
     return nodes[0] + (f" (fused with {len(nodes) - 1} more)" if len(nodes) > 1 else "")
 
 
@@ -129,7 +125,7 @@ def device_buffers(func: Func, named: bool = True) -> list[DeviceBuffer]:
     plan's, the inputs', the weights'), in the order it allocates them. `named=False` skips naming the
     inputs (naming values walks the func: most of the time a check takes)."""
     ops = func.block.ops
-    plan = [DeviceBuffer("plan", max(_int(op.attrs["bytes"]), 4), f"memory-plan buffer {i}")
+    plan = [DeviceBuffer("plan", max(int(op.attrs["bytes"]), 4), f"memory-plan buffer {i}")
              for i, op in enumerate(o for o in ops if o.name == "buf.alloc")]
     held: list[list[tuple[int, str, str]]] = [[] for _ in plan]  # per plan buffer: its values' (bytes, what,
     # writer)
@@ -176,10 +172,6 @@ def device_buffers(func: Func, named: bool = True) -> list[DeviceBuffer]:
     return plan + inputs + weights
 
 
-def _int(a: Any) -> int:
-    return int(a)
-
-
 def _ints(op: Op, key: str) -> list[int]:
     return [int(x) for x in cast(list, op.attrs.get(key, []))]
 
@@ -197,7 +189,7 @@ def _weight_name(v: Value, host: dict[int, Op]) -> str:
     elif op.name == "const" and op.loc and not op.loc[0].startswith("onnx:"):
         name = f"'{op.loc[0]}'"
     elif op.loc:
-        name = f"of {', '.join(_node(op))}"
+        name = f"of {', '.join(onnx_nodes(op.loc))}"
     else:
         name = "(a constant)" if op.name == "const" else f"({op.name})"
     return name + (f" ({', '.join(dict.fromkeys(reversed(steps)))})" if steps else "")

@@ -25,15 +25,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
-import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...ir.attributes import DenseAttr, ResourceAttr, format_attr, is_splat_array
 from ...ir.core import Op
-from .cache import warn
+from .cache import replace_atomically, warn
 
 FORMAT = 1
 EXECUTION_SPACE = "execution/1"
@@ -147,19 +145,8 @@ def merge(*groups: Iterable[Record]) -> list[Record]:
 
 
 def write_records(path: str, records: Sequence[Record]) -> None:
-    """Write atomically (a temporary file of a unique name renamed over `path`): a reader never sees half a
-    file, and two writers never share a temporary file (the last rename wins)."""
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            for r in records:
-                f.write(r.line() + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write atomically (cache.replace_atomically): a reader never sees half a file."""
+    replace_atomically(path, [(r.line() + "\n").encode() for r in records])
 
 
 class Tuning:

@@ -25,7 +25,7 @@ from ...ir.ops.registry import OpError, get_op, op_sig
 from . import cache as program_cache
 from . import device as dev
 from .adapt import ADAPT_AFTER, Adaptive, Choice
-from .checks import RunChecks, env_flag
+from .checks import RunChecks, bounds_checked, env_flag
 from .memory import check_memory
 
 _PROGRAMS: dict[tuple[str, int], Any] = {}
@@ -155,8 +155,7 @@ class Executable(Adaptive):
         caps = 0 if os.environ.get("TESSEL_NO_SVM") else getattr(self.device, "svm_capabilities", 0)
         self.svm = bool(caps & getattr(cl.device_svm_capabilities, "FINE_GRAIN_BUFFER", 0))
         self.slots = [self._buffer(int(op.attrs["bytes"])) for op in ops if op.name == "buf.alloc"]
-        program = next(op for op in ops if op.name == "cl.program")
-        bounds = "bounds" in program.attrs.get("checks", [])
+        bounds = bounds_checked(func)
         poison = env_flag("TESSEL_POISON") if poison is None else poison
         self.checks = RunChecks(self, bounds, poison) if bounds or poison else None
         if self.checks is not None:
@@ -418,6 +417,20 @@ class Executable(Adaptive):
             else:
                 self._out_plan.append(("buffer", (b, v.type.dims, v.type.np_dtype)))
 
+    def _write_inputs(self, q: Any, inputs: Sequence[np.ndarray], blocking: bool = False) -> list[np.ndarray]:
+        """Copy a run's inputs in: into the SVM views on the host (the previous run has finished, so nothing
+        reads them), else enqueued on `q`. Returns the host arrays a non-blocking copy still reads."""
+        keep = []
+        for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
+            if view is not None:
+                np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
+                continue
+            a = np.ascontiguousarray(a)
+            keep.append(a)
+            if a.nbytes:
+                self.cl.enqueue_copy(q, b, a, is_blocking=blocking)
+        return keep
+
     def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
         if self.running_on == "cooperative":
             for a, view in zip(inputs, self._in_views, strict=True):
@@ -427,15 +440,7 @@ class Executable(Adaptive):
         cl, q = self.cl, self._segments[0][0]
         if self.checks is not None:
             self.checks.before(q)
-        keep = []
-        for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
-            if view is not None:  # the previous run has finished (q.finish below): nothing reads it
-                np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
-                continue
-            a = np.ascontiguousarray(a)
-            keep.append(a)
-            if a.nbytes:
-                cl.enqueue_copy(q, b, a, is_blocking=False)
+        keep = self._write_inputs(q, inputs)
         launch = cl.enqueue_nd_range_kernel
         events = []
         last = len(self._segments) - 1

@@ -311,21 +311,16 @@ class Kernels:
                 inner = [*scopes, {}]
                 out.append(t + "".join(tt for _, tt in self.toks[i + 1 : op]) + "(")
                 out.append(self.walk(op + 1, close, inner, statements=True) + ")")
-                i = close + 1
                 body_start = self.nxt(close)
+                out.append("".join(tt for _, tt in self.toks[close + 1 : body_start]))
                 if self.text(body_start) == "{":  # the loop's variables are in the body's scope
                     end = self.match(body_start)
-                    out.append("".join(tt for _, tt in self.toks[close + 1 : body_start]))
                     out.append("{" + self.walk(body_start + 1, end, [*inner, {}], statements=True) + "}")
                     i = end + 1
-                    start = True
                 else:
-                    start = True
-                    scopes_for_stmt = inner
-                    semi = self._statement_end(body_start, hi)
-                    out.append("".join(tt for _, tt in self.toks[close + 1 : body_start]))
-                    out.append(self.walk(body_start, semi, scopes_for_stmt, statements=True))
-                    i = semi
+                    i = self._statement_end(body_start, hi)
+                    out.append(self.walk(body_start, i, inner, statements=True))
+                start = True
                 continue
             if kind == "id":
                 done = self._access(i, hi, scopes, out)

@@ -54,8 +54,7 @@ def run_kernel(source: str, extents: list[int], arrays: list[np.ndarray], scalar
 def test_local_accesses_in_bounds_run_clean_and_compute_the_same() -> None:
     x = np.arange(16, dtype=np.float32)
     # the kernel's `shift` parameter is a scalar: extents cover the buffers only
-    v, (_, y) = run_kernel(LOCAL.replace("const int shift", "const int shift"), [64, 64],
-                           [x, np.zeros(16, np.float32)], (np.int32(0),))
+    v, (_, y) = run_kernel(LOCAL, [64, 64], [x, np.zeros(16, np.float32)], (np.int32(0),))
     assert v is None
     np.testing.assert_array_equal(y, x[::-1])
 
@@ -138,17 +137,21 @@ def test_a_corrupted_extent_is_reported_as_a_kernel_fault_naming_kernel_node_and
     assert e.value.exit_code == 3
 
 
-def test_poison_fills_the_plan_and_the_trace_finds_unwritten_memory() -> None:
+def test_poison_fills_the_plan_and_the_trace_reads_every_launch() -> None:
     exe, (x, b) = checked(poison=True)
     launches = trace_launches(exe, [x, b])
     assert [op.loc for op, _ in launches] == [("onnx:Add_0",), ("onnx:Relu_1",)]
-    assert all(poisoned(r) == 0 for _, rs in launches for r in rs)
-    exe.checks.before(exe._pool_queue)  # the plan as a run starts: every slot poisoned
+    assert all(poisoned(r) == 0 for _, rs in launches for r in rs)  # every kernel wrote its whole result
+    q = exe._pool_queue
+    exe.checks.before(q)  # the plan as a run starts: every slot poisoned
     slot = exe.slots[0]
-    raw = np.array(slot.mem[:128]).view(np.uint32) if exe.svm else None
-    if raw is not None:
-        assert np.all(raw == 0x7FA00000)
-        assert poisoned(raw.view(np.float32)) == 32
+    raw = np.empty(32, np.uint32)
+    if exe.svm:
+        raw[:] = np.array(slot.mem[:128]).view(np.uint32)
+    else:
+        exe.cl.enqueue_copy(q, raw, slot, is_blocking=True)
+    assert np.all(raw == 0x7FA00000)
+    assert poisoned(raw.view(np.float32)) == 32
 
 
 @pytest.mark.parametrize("dtypes, first", [({"f32"}, 0x7FA00000), ({"i64", "f16"}, 0x7D00),
@@ -212,3 +215,53 @@ def test_poisoned_counts_the_pattern_of_each_dtype() -> None:
     assert poisoned(np.full(5, 0xA5, np.uint8).view(np.bool_)) == 5
     assert poisoned(np.array([0xA5A5A5A5A5A5A5A5, 0], np.uint64).view(np.int64)) == 1
     assert poisoned(np.zeros(0, np.float32)) == 0
+
+
+def test_tessel_run_check_bounds_lowers_with_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tessel-run --check-bounds` on graph-level IR lowers with the checks on: the off-by-one plugin's
+    max_pool kernel is caught (exit status 3), not run unchecked."""
+    import runpy
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    from tessel.cli import run
+    from tessel.targets.opencl.kernels import load_all
+    from tessel.targets.opencl.kernels.base import TEMPLATES
+
+    load_all()
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setitem(TEMPLATES, "max_pool2d", TEMPLATES["max_pool2d"])  # restored after the test
+    runpy.run_path(str(root / "tests" / "plugins" / "kernel_off_by_one.py"))
+    monkeypatch.delenv("TESSEL_CHECK_BOUNDS", raising=False)
+    source = root / "lit_tests" / "targets" / "opencl" / "Inputs" / "max-pool.tsl"
+    r = CliRunner().invoke(run.main, [str(source), "--target=opencl", "--check-bounds", "--random-inputs"],
+                           prog_name="tessel-run")
+    assert r.exit_code == 3, r.output
+    assert ("out-of-bounds read in kernel k0_max_pool2d (ONNX node /features/pool1/MaxPool): element 1024 "
+            "of a 1024-element buffer") in r.stderr
+
+
+def test_the_first_wrong_launch_counts_the_poison_it_left() -> None:
+    """A relu kernel that returns at once leaves its result as the poison fill: the note names its kernel
+    and node and counts the elements still holding the pattern."""
+    from tessel.debug.localize import first_wrong_launch
+    from tessel.debug.validate import Tolerance
+
+    src = MODULE.replace(
+        "    return %1 : tensor<4x8xf32>",
+        '    %2 = add %1, %0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> loc("onnx:Add_2")\n'
+        "    return %2 : tensor<4x8xf32>")
+    m = parse_module(src, "<test>")
+    lower_module(m, here(), check_bounds=False)
+    prog = m.funcs[0].block.ops[0]
+    relu = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch" and op.loc == ("onnx:Relu_1",))
+    name = relu.attrs["kernels"][0]["name"]
+    head = prog.attrs["source"].index(f"void {name}(")
+    brace = prog.attrs["source"].index("{", head)
+    prog.attrs["source"] = prog.attrs["source"][: brace + 1] + " return;" + prog.attrs["source"][brace + 1:]
+    exe = Executable(m, m.funcs[0], poison=True)
+    x, b = np.ones((4, 8), np.float32), np.ones(8, np.float32)
+    note = first_wrong_launch(m, m.funcs[0], [x, b], exe, Tolerance(1e-3, 1e-4))
+    assert note is not None
+    assert note.startswith(f"the first launch whose results differ is kernel {name} (ONNX node Relu_1): ")
+    assert note.endswith("; 32 of them hold the poison pattern: memory no kernel wrote)")
