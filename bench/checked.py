@@ -25,7 +25,6 @@ import onnx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT.parent.parent))
 
 from common import ATOL, RTOL, ort_options  # noqa: E402
 
@@ -72,10 +71,10 @@ def compiled(model: onnx.ModelProto, feeds: dict[str, np.ndarray], checked: bool
 def check_model(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int) -> dict:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(model.SerializeToString(), ort_options(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
     row: dict = {"model": name}
     try:
+        want = ort.InferenceSession(model.SerializeToString(), ort_options(),
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)
         plain, plain_s = compiled(model, feeds, False)
         checked, checked_s = compiled(model, feeds, True)
         got = plain.run(None, feeds)

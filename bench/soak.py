@@ -25,37 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
-ROOT = Path(__file__).resolve().parent.parent
-LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-MODELS = ("squeezenet", "transformer")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import LIGHT, TRANSFORMER, transformer_model  # noqa: E402
+
+MODELS = ("squeezenet", TRANSFORMER)
 EXECUTIONS = ("pool", "cooperative", "auto")
-MAX_GROWTH = 1 << 20
-"""RSS growth after the warm-up that counts as a leak (the slow test's bound too), when half of it is in
-the loop's second half."""
-
-
-def rss_verdicts(r: Any) -> tuple[list[str], list[str]]:
-    """(leaks, steps) of RSS in report `r`: the loops ('runs', 'loads') that grew by MAX_GROWTH, and by half
-    of it in their second half (a leak) or not (a one-time step)."""
-    leaks, steps = [], []
-    for what, growth, late in (("runs", r.run_growth, r.late_growth[0]), ("loads", r.load_growth,
-                                                                         r.late_growth[1])):
-        if growth >= MAX_GROWTH:
-            (leaks if late >= MAX_GROWTH // 2 else steps).append(what)
-    return leaks, steps
 
 
 def model_source(name: str) -> tuple[Any, dict[str, np.ndarray] | None]:
     """(ONNX model or path, inputs or None for seeded random ones) of a soaked model."""
-    if name == "transformer":
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        from tests.models.transformer import build_encoder, encoder_inputs
-
-        model = build_encoder(layers=2, hidden=128, heads=4, seq=64, ffn=512, seed=0)
-        return model, encoder_inputs(model)
+    if name == TRANSFORMER:
+        return transformer_model()
     path = LIGHT / f"light_{name}.onnx"
     if not path.exists():
         light = ", ".join(p.stem.removeprefix("light_") for p in sorted(LIGHT.glob("light_*.onnx")))
@@ -108,7 +90,7 @@ def table(reports: list[Any]) -> str:
         loads = r.loads - r.warmup_loads
         leaks = r.leaks()
         bad = [f"{k} +{n}" for k, n in leaks.items()]
-        leaks_rss, steps = rss_verdicts(r)
+        leaks_rss, steps = r.rss_verdicts()
         bad += [f"RSS {what}" for what in leaks_rss]
         way = r.execution if r.running_on in (r.execution, "device") else f"{r.execution} ({r.running_on})"
         t.add_row(r.model, way, str(r.runs), f"{1e3 * r.run_seconds / max(runs, 1):.2f}", _mib(r.rss_warm),
@@ -139,7 +121,7 @@ def main() -> int:
     if args.runs < 1 or args.loads < 1:
         ap.error("--runs and --loads must be at least 1")
     from rich.progress import Progress
-    from tessel.debug.soak import live_opencl_objects, soak
+    from tessel.debug.soak import soak
     from tessel.ir.diagnostics import DiagnosticError
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.runtime import EXECUTIONS as KNOWN
@@ -150,7 +132,6 @@ def main() -> int:
     device = dev.pick_device(args.device)
     sys.stderr.write(f"soak: {dev.describe(device)}; {args.runs} runs and {args.loads} loads per model and "
                      "way\n")
-    live_opencl_objects()  # its first count allocates (module docstring): before anything is measured
     reports = []
     with Progress(disable=not sys.stderr.isatty(), transient=True) as bar:
         for name in [m for m in args.models.split(",") if m]:
@@ -183,7 +164,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                "device": dev.describe(device), "args": vars(args),
                                                "reports": rows}, indent=2) + "\n")
-    failed = [r for r in reports if r.leaks() or rss_verdicts(r)[0]]
+    failed = [r for r in reports if r.leaks() or r.rss_verdicts()[0]]
     return 1 if failed else 0
 
 

@@ -113,20 +113,23 @@ def _malloc_trim() -> None:
         _TRIM(0)
 
 
-def rss_bytes(trim: bool = True) -> int:
-    """This process's resident memory in bytes, after a garbage collection and (`trim`) glibc's
-    malloc_trim: freed memory the allocator keeps comes and goes by megabytes between two readings
-    (squeezenet loaded 700 times under cooperative execution: 72-85 MiB untrimmed, 45.5-46.5 trimmed),
-    and is not a leak. Where /proc is missing: the peak, getrusage's ru_maxrss."""
+def rss_bytes() -> int:
+    """This process's resident memory in bytes, after a garbage collection and glibc's malloc_trim: freed
+    memory the allocator keeps comes and goes by megabytes between two readings (squeezenet loaded 700
+    times under cooperative execution: 72-85 MiB untrimmed, 45.5-46.5 trimmed), and is not a leak.
+    Where /proc is missing: the peak, getrusage's ru_maxrss."""
     gc.collect()
-    if trim:
-        _malloc_trim()
+    _malloc_trim()
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         scale = 1 if sys.platform == "darwin" else 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+MAX_GROWTH = 1 << 20
+"""RSS growth over a loop after its warm-up that counts as a leak (`make soak`, and the slow test's bound)."""
 
 
 @dataclass
@@ -172,6 +175,16 @@ class SoakReport:
         touched for the first time) only when it happens to fall there."""
         return self.rss_runs - self.rss_runs_mid, self.rss_loads - self.rss_loads_mid
 
+    def rss_verdicts(self) -> tuple[list[str], list[str]]:
+        """(leaks, steps): the loops ('runs', 'loads') whose RSS grew by MAX_GROWTH, and by half of it in
+        their second half (a steady leak) or not (a one-time step)."""
+        leaks, steps = [], []
+        for what, growth, late in (("runs", self.run_growth, self.late_growth[0]),
+                                   ("loads", self.load_growth, self.late_growth[1])):
+            if growth >= MAX_GROWTH:
+                (leaks if late >= MAX_GROWTH // 2 else steps).append(what)
+        return leaks, steps
+
     def leaks(self) -> dict[str, int]:
         """The kinds of OpenCL object left behind, by how many: those more numerous after the runs than
         after their warm-up (but for one event: a cooperative executable holds its pool kernel's while it
@@ -194,12 +207,12 @@ Progress = Callable[[str, int, int], None]
 
 
 def soak(module: Module, func: Func, inputs: Sequence[np.ndarray], runs: int, loads: int,
-         execution: str = "auto", device: Any = None, model: str = "", warmup_runs: int | None = None,
-         warmup_loads: int | None = None, on_progress: Progress | None = None) -> SoakReport:
+         execution: str = "auto", device: Any = None, model: str = "",
+         on_progress: Progress | None = None) -> SoakReport:
     """Run the lowered `func` `runs` times on one Executable (`execution` way, `device` or the default),
     then load it `loads` times more, each run once and dropped (a garbage collection after each), and
-    report the RSS and live OpenCL objects after the warm-up part of each loop and at its end. The warm-up
-    (default): a tenth of the runs, at least 2 * ADAPT_AFTER so `auto` has settled; a quarter of the loads,
+    report the RSS and live OpenCL objects after the warm-up part of each loop and at its end. The warm-up:
+    a tenth of the runs, at least 2 * ADAPT_AFTER so `auto` has settled; a quarter of the loads,
     at least 5: the caches a load fills (pyopencl's kernel invokers, PoCL's) grow for the first hundreds of
     loads, then stay (the transformer encoder under cooperative execution: +1.3 MiB by the 750th load, not
     a byte more by the 2500th)."""
@@ -208,8 +221,8 @@ def soak(module: Module, func: Func, inputs: Sequence[np.ndarray], runs: int, lo
     from ..targets.opencl.runtime import Executable
 
     device = device if device is not None else dev.pick_device()
-    warm_r = min(runs, warmup_runs if warmup_runs is not None else max(2 * ADAPT_AFTER, runs // 10))
-    warm_l = min(loads, warmup_loads if warmup_loads is not None else max(5, loads // 4))
+    warm_r = min(runs, max(2 * ADAPT_AFTER, runs // 10))
+    warm_l = min(loads, max(5, loads // 4))
     tick = on_progress or (lambda phase, done, total: None)
     step = max(1, runs // 100)
 

@@ -1,16 +1,20 @@
-"""The draw helpers both fuzz builders (graphs.GraphBuilder, modules.ModuleBuilder) make their choices with:
-each is one hypothesis draw, so a failing case shrinks towards small integers, the first choice and False."""
+"""What both fuzz builders (graphs.GraphBuilder, modules.ModuleBuilder) share: the draw helpers they make
+their choices with (each one hypothesis draw, so a failing case shrinks towards small integers, the first
+choice and False), and the broadcast check against their size limit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
 
 
 class Draws:
     draw: Callable[[st.SearchStrategy[Any]], Any]
+    max_elements: int  # the most elements a value the builder makes may have
 
     def integer(self, lo: int, hi: int) -> int:
         return int(self.draw(st.integers(lo, hi)))
@@ -27,3 +31,11 @@ class Draws:
         while len(chosen) < min_size:
             chosen = sorted(set(chosen) | {self.choice(items)})
         return chosen
+
+    def broadcast(self, *shapes: Sequence[int]) -> tuple[int, ...] | None:
+        """The shape `shapes` broadcast to, or None when they do not or it has over max_elements."""
+        try:
+            out = tuple(int(d) for d in np.broadcast_shapes(*(tuple(s) for s in shapes)))
+        except ValueError:
+            return None
+        return out if math.prod(out) <= self.max_elements else None

@@ -62,7 +62,7 @@ BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Sum", "Mean"]
 
 def operand_like(b: GraphBuilder, shape: tuple[int, ...]) -> Val:
     """A second operand that broadcasts with `shape`: an existing value, a new input or a weight."""
-    fits = [v for v in b.values if _broadcasts(v.shape, shape)]
+    fits = [v for v in b.values if b.broadcast(v.shape, shape) is not None]
     if fits and b.chance(40):
         v = b.pick(lambda v: v in fits)
         assert v is not None
@@ -71,13 +71,6 @@ def operand_like(b: GraphBuilder, shape: tuple[int, ...]) -> Val:
     if b.can_add_input() and b.chance(30):
         return b.add_input(partner)
     return b.weight(partner, b.choice([1.0, 0.5, 2.0]))
-
-
-def _broadcasts(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
-    try:
-        return math.prod(np.broadcast_shapes(a, c)) <= MAX_ELEMENTS
-    except ValueError:
-        return False
 
 
 def binary(b: GraphBuilder) -> Val | None:

@@ -30,15 +30,6 @@ INT_LIMIT = 2**20
 """Integer values stay below this bound (int32 overflows at 2**31; products of two such bounds are not
 generated)."""
 COMPARE = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
-ONNX_TO = {F32: 1, I32: 6, I64: 7, BOOL: 9}  # Cast's `to`
-
-
-def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
-    try:
-        out = tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        return None
-    return out if math.prod(out) <= MAX_ELEMENTS else None
 
 
 def int_value(b: GraphBuilder, dtype: int | None = None) -> Val:
@@ -61,7 +52,7 @@ def to_int(b: GraphBuilder, x: Val, dtype: int) -> Val:
     if b.chance(50):
         op = b.choice(["Round", "Floor", "Ceil"])
         x = b.node(op, [x.name], x.shape, x.scale + 1, exact=True)
-    return b.node("Cast", [x.name], x.shape, math.ceil(x.scale), dtype=dtype, exact=True, to=ONNX_TO[dtype])
+    return b.node("Cast", [x.name], x.shape, math.ceil(x.scale), dtype=dtype, exact=True, to=dtype)
 
 
 def bool_value(b: GraphBuilder) -> Val:
@@ -81,7 +72,7 @@ def bool_value(b: GraphBuilder) -> Val:
 def same_type_partner(b: GraphBuilder, x: Val, exact: bool) -> Val:
     """A second operand of x's element type that broadcasts with it; `exact` asks for an exact one."""
     fits = [v for v in b.values + b.typed if v.dtype == x.dtype and (v.exact or not exact)
-            and broadcast(v.shape, x.shape) is not None]
+            and b.broadcast(v.shape, x.shape) is not None]
     if fits and b.chance(40):
         return b.choice(fits)
     shape = b.partner_shape(x.shape)
@@ -124,7 +115,7 @@ def compare(b: GraphBuilder) -> Val | None:
         else:  # an inexact value against independent data
             shape = b.partner_shape(x.shape)
             y = b.add_input(shape) if b.can_add_input() and b.chance(30) else b.weight(shape, x.scale)
-    shape = broadcast(x.shape, y.shape)
+    shape = b.broadcast(x.shape, y.shape)
     if shape is None:
         return None
     names = [x.name, y.name] if b.chance(60) else [y.name, x.name]
@@ -139,7 +130,7 @@ def where(b: GraphBuilder) -> Val | None:
     else:
         x = int_value(b)
     y = same_type_partner(b, x, False)
-    shape = broadcast(cond.shape, x.shape, y.shape)
+    shape = b.broadcast(cond.shape, x.shape, y.shape)
     if shape is None:
         return None
     names = [x.name, y.name] if b.chance(50) else [y.name, x.name]
@@ -211,7 +202,7 @@ def int_arith(b: GraphBuilder) -> Val | None:
             return b.node("Clip", names, x.shape, max(abs(lo), abs(hi)), dtype=x.dtype, exact=True)
         return b.node(op, [x.name], x.shape, x.scale if op != "Sign" else 1, dtype=x.dtype, exact=True)
     y = same_type_partner(b, x, True)
-    shape = broadcast(x.shape, y.shape)
+    shape = b.broadcast(x.shape, y.shape)
     if shape is None:
         return None
     if op in ("Div", "Mod"):  # a nonzero denominator of either sign: +-(|y| + 1)
@@ -241,15 +232,15 @@ def int_cast(b: GraphBuilder) -> Val | None:
     if kind in ("int_to_float", "int_to_int"):
         x = int_value(b)
         to = F32 if kind == "int_to_float" else (I64 if x.dtype == I32 else I32)
-        return b.node("Cast", [x.name], x.shape, x.scale, dtype=to, exact=True, to=ONNX_TO[to])
+        return b.node("Cast", [x.name], x.shape, x.scale, dtype=to, exact=True, to=to)
     if kind == "to_bool":
         x = int_value(b) if b.chance(50) else b.pick(lambda v: v.exact)
         if x is None:
             return None
-        return b.node("Cast", [x.name], x.shape, 1.0, dtype=BOOL, exact=True, to=ONNX_TO[BOOL])
+        return b.node("Cast", [x.name], x.shape, 1.0, dtype=BOOL, exact=True, to=BOOL)
     x = bool_value(b)
     to = b.choice([F32, F32, I32, I64])
-    return b.node("Cast", [x.name], x.shape, 1.0, dtype=to, exact=True, to=ONNX_TO[to])
+    return b.node("Cast", [x.name], x.shape, 1.0, dtype=to, exact=True, to=to)
 
 
 # booleans -----------------------------------------------------------------------------------------------
@@ -262,12 +253,12 @@ def bool_logic(b: GraphBuilder) -> Val | None:
         out = b.node("Not", [x.name], x.shape, 1.0, dtype=BOOL, exact=True)
     else:
         y = bool_value(b) if b.chance(50) else same_type_partner(b, x, True)
-        shape = broadcast(x.shape, y.shape)
+        shape = b.broadcast(x.shape, y.shape)
         if shape is None:
             return None
         out = b.node(op, [x.name, y.name], shape, 1.0, dtype=BOOL, exact=True)
     if b.chance(40):
-        return b.node("Cast", [out.name], out.shape, 1.0, exact=True, to=ONNX_TO[F32])
+        return b.node("Cast", [out.name], out.shape, 1.0, exact=True, to=F32)
     return out
 
 
@@ -286,7 +277,7 @@ def typed_move(b: GraphBuilder) -> Val | None:
         return b.node(op, [x.name, b.ints([-1])], (x.numel,), x.scale, **kw)
     if op == "Expand":
         target = b.partner_shape(x.shape)
-        shape = broadcast(x.shape, target)
+        shape = b.broadcast(x.shape, target)
         return b.node(op, [x.name, b.ints(target)], shape, x.scale, **kw) if shape is not None else None
     if op == "Concat" and x.rank >= 1:
         axis = b.integer(-x.rank, x.rank - 1)

@@ -87,6 +87,8 @@ class GraphBuilder(Draws):
     """Builds one graph from hypothesis draws. Op generators (graph_ops.py) call `node`, `weight`,
     `ints`, `pick` and the draw helpers."""
 
+    max_elements = MAX_ELEMENTS
+
     def __init__(self, draw: Callable[[st.SearchStrategy[Any]], Any], opset: int, seed: int,
                  max_inputs: int = 3):
         self.draw = draw
@@ -253,7 +255,8 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: int) -
 
 def default_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs of each graph input's type (for a graph read back without its saved inputs). Int
-    inputs may be indices (Gather): they are drawn in [0, 1], in range for any non-empty axis."""
+    inputs may be indices (Gather): they are -1 or 0, in range for any non-empty axis (ONNX's index ops
+    take negative indices)."""
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
@@ -262,7 +265,7 @@ def default_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             continue
         t = vi.type.tensor_type
         shape = tuple(d.dim_value for d in t.shape.dim)
-        feeds[vi.name] = (rng.integers(0, 2, size=shape).astype(NP_DTYPE[t.elem_type])
+        feeds[vi.name] = (rng.integers(-1, 1, size=shape).astype(NP_DTYPE[t.elem_type])
                           if t.elem_type in (I32, I64) else random_array(rng, shape, t.elem_type))
     return feeds
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-import traceback
 from collections.abc import Sequence
+
+from .property import crash_text, diag_text
 
 SEED = 7
 """The seed of the validation inputs (random_inputs: floats in [-1, 1), ints in [0, 4), bools)."""
@@ -103,12 +104,15 @@ class ModuleOutcome:
 
 
 def check_module(text: str, names: Sequence[str] | None = None, first_only: bool = False,
-                 seed: int = SEED) -> ModuleOutcome:
+                 seed: int = SEED, tol: tuple[float, float] | None = None) -> ModuleOutcome:
     """Run pass specs and pipelines over `text` under verify-each and validation: `names` picks some
-    (pass specs, any pipeline text, or the keys of `pipelines()`); default every pass spec and pipeline."""
+    (pass specs, any pipeline text, or the keys of `pipelines()`); default every pass spec and pipeline.
+    `seed` and `tol` (rtol, atol; default `tolerance()` of each): the validation's (a replay: the
+    reproducer header's)."""
     from tessel.debug.validate import Tolerance, Validator
     from tessel.ir.diagnostics import DiagnosticError
     from tessel.ir.parser import parse_module
+    from tessel.ir.printer import to_text
 
     out = ModuleOutcome()
     named = pipelines()
@@ -116,19 +120,20 @@ def check_module(text: str, names: Sequence[str] | None = None, first_only: bool
     try:
         original = parse_module(text, "fuzz.tsl", register_source=False)
     except DiagnosticError as e:
-        out.findings.append(ModuleFinding("(parse)", "input", _diag(e), text))
+        out.findings.append(ModuleFinding("(parse)", "input", diag_text(e), text))
         return out
+    before = to_text(original)  # what a pass that changes nothing leaves
     validators = {}
     for name, pipeline in todo:
-        tol = Tolerance(*tolerance(name, text))
-        if tol not in validators:
-            flags = f"--validate-each={tol} --seed={seed}"
+        t = Tolerance(*(tol or tolerance(name, text)))
+        if t not in validators:
+            flags = f"--validate-each={t} --seed={seed}"
             try:
-                validators[tol] = Validator(original, tol, None, seed, flags)
+                validators[t] = Validator(original, t, None, seed, flags)
             except DiagnosticError as e:  # the reference cannot run the input: nothing to compare
-                out.skipped = _diag(e)
+                out.skipped = diag_text(e)
                 return out
-        finding = run_one(text, name, pipeline, validators[tol])
+        finding = run_one(text, before, name, pipeline, validators[t])
         if finding.stage in ("changed", "unchanged"):
             out.ran.append(name)
             if finding.stage == "changed":
@@ -140,9 +145,9 @@ def check_module(text: str, names: Sequence[str] | None = None, first_only: bool
     return out
 
 
-def run_one(text: str, name: str, pipeline: str, validator: object) -> ModuleFinding:
-    """One pass spec or pipeline over a fresh parse of `text`; a finding, or a pseudo-finding of stage
-    `changed` / `unchanged` when it went well."""
+def run_one(text: str, before: str, name: str, pipeline: str, validator: object) -> ModuleFinding:
+    """One pass spec or pipeline over a fresh parse of `text` (`before`: its printed form); a finding, or a
+    pseudo-finding of stage `changed` / `unchanged` when it went well."""
     from tessel.debug.validate import Miscompile
     from tessel.ir.diagnostics import DiagnosticError
     from tessel.ir.parser import parse_module
@@ -154,7 +159,7 @@ def run_one(text: str, name: str, pipeline: str, validator: object) -> ModuleFin
     with tempfile.TemporaryDirectory(prefix="tessel-fuzz-") as tmp:
         path = os.path.join(tmp, "reproducer.tsl")
         pm = PassManager(parse_pipeline(pipeline), Instrumentation(verify_each=True, crash_reproducer=path))
-        validator.calls, validator.only_at = 0, None  # type: ignore[attr-defined]
+        validator.calls = 0  # type: ignore[attr-defined]
         pm.after_pass = validator  # type: ignore[assignment]
 
         def reproducer() -> str:
@@ -167,46 +172,45 @@ def run_one(text: str, name: str, pipeline: str, validator: object) -> ModuleFin
         try:
             pm.run(module)
         except Miscompile as e:
-            report = _miscompile_text(validator, e)
-            return ModuleFinding(name, "miscompile", report, reproducer(), e.pass_spec)
+            repro = reproducer()
+            report = _miscompile_text(validator, e, repro)
+            return ModuleFinding(name, "miscompile", report, repro, e.pass_spec)
         except CompilerCrash as e:
             stage = "invalid" if "invalid IR" in e.message else "crash"
-            tail = "\n".join(e.traceback.strip().split("\n")[-4:]) if e.traceback else ""
-            message = f"{e}" + (f"\n{tail}" if tail else "")
-            return ModuleFinding(name, stage, message, reproducer(), e.pass_name)
+            return ModuleFinding(name, stage, crash_text(e), reproducer(), e.pass_name)
         except DiagnosticError as e:
-            return ModuleFinding(name, "error", _diag(e), text, pm.ctx.pass_name)
+            return ModuleFinding(name, "error", diag_text(e), text, pm.ctx.pass_name)
         except Exception as e:  # noqa: BLE001 - anything else out of the manager is a bug too
-            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
-            return ModuleFinding(name, "crash", f"{type(e).__name__}: {e}\n{tb}", text, pm.ctx.pass_name)
+            return ModuleFinding(name, "crash", crash_text(e), text, pm.ctx.pass_name)
     after = to_text(module)
     try:
         again = to_text(parse_module(after, "after.tsl", register_source=False))
     except DiagnosticError as e:
-        return ModuleFinding(name, "roundtrip", f"the result does not parse back: {_diag(e)}", text)
+        return ModuleFinding(name, "roundtrip", f"the result does not parse back: {diag_text(e)}", text)
     if again != after:
         lines, back = after.splitlines(), again.splitlines()
         first = next((i for i, (a, c) in enumerate(zip(lines, back, strict=False)) if a != c),
-                     min(len(lines), len(back)) - 1)
-        return ModuleFinding(name, "roundtrip", f"print -> parse -> print differs at line {first + 1}: "
-                             f"{after.splitlines()[first]!r}", text)
-    before = to_text(parse_module(text, "before.tsl", register_source=False))
+                     min(len(lines), len(back)))  # else the first line only one of them has
+        at = repr(lines[first]) if first < len(lines) else f"printed again it has more: {back[first]!r}"
+        return ModuleFinding(name, "roundtrip", f"print -> parse -> print differs at line {first + 1}: {at}",
+                             text)
     return ModuleFinding(name, "changed" if after != before else "unchanged", "")
 
 
-def _miscompile_text(validator: object, e: object) -> str:
+def _miscompile_text(validator: object, e: object, reproducer: str) -> str:
+    """The validator's report, localized against the IR before the pass (the reproducer), as
+    tessel-opt --validate-each reports it."""
     from tessel.ir.diagnostics import render
+    from tessel.ir.parser import parse_module
 
     try:
-        d = validator.report(e, None)  # type: ignore[attr-defined]
+        before = parse_module(reproducer, "reproducer.tsl", register_source=False)
+    except Exception:  # noqa: BLE001 - the report then names no first changed op
+        before = None
+    try:
+        d = validator.report(e, before)  # type: ignore[attr-defined]
         return render(d).strip()
     except Exception:  # noqa: BLE001 - the report is a help; the failure stands without it
         return str(e)
 
 
-def _diag(e: BaseException) -> str:
-    from tessel.ir.diagnostics import DiagnosticError, render
-
-    if isinstance(e, DiagnosticError):
-        return "".join(render(d) for d in e.diagnostics).strip()
-    return f"{type(e).__name__}: {e}"

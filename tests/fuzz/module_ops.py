@@ -113,19 +113,18 @@ def binary(b: ModuleBuilder, name: str) -> Any:
     return b.one(name, order, exact=exact, scale=scale)
 
 
+def fits(b: ModuleBuilder, x: Any, exact: bool = False) -> list[Any]:
+    """The values of x's type that broadcast with it (`exact`: only exact ones)."""
+    return [v for v in b.values if v.type.dtype == x.type.dtype and (not exact or id(v) in b.exact)
+            and b.broadcast(v.type.dims, x.type.dims) is not None]
+
+
 def partner(b: ModuleBuilder, x: Any) -> Any:
     """A second operand of x's type that broadcasts with it: an existing value or a constant."""
-    fits = [v for v in b.values if v.type.dtype == x.type.dtype and broadcasts(v.type.dims, x.type.dims)]
-    if fits and b.chance(40):
-        return b.choice(fits)
+    near = fits(b, x)
+    if near and b.chance(40):
+        return b.choice(near)
     return b.weight(b.partner_shape(x.type.dims), dtype=x.type.dtype)
-
-
-def broadcasts(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
-    try:
-        return math.prod(np.broadcast_shapes(a, c)) <= 2048
-    except ValueError:
-        return False
 
 
 @maker("equal", "less", "less_equal", "greater", "greater_equal")
@@ -135,10 +134,9 @@ def compare(b: ModuleBuilder, name: str) -> Any:
         return None
     if x.type.is_float and b.chance(60):  # rounded values: ties (equal) are common
         x = b.one("round", [x], exact=True)
-    fits = [v for v in b.values if v.type.dtype == x.type.dtype and id(v) in b.exact
-            and broadcasts(v.type.dims, x.type.dims)]
-    if fits and b.chance(50):
-        y = b.choice(fits)
+    near = fits(b, x, exact=True)
+    if near and b.chance(50):
+        y = b.choice(near)
     else:
         y = b.const((b.rng.integers(-2, 3, b.partner_shape(x.type.dims))).astype(x.type.np_dtype))
     return b.one(name, [x, y] if b.chance(50) else [y, x])

@@ -45,6 +45,8 @@ class ModuleBuilder(Draws):
     """Builds one func from hypothesis draws; module_ops.py's makers call `op`, `const`, `pick` and the
     draw helpers."""
 
+    max_elements = MAX_ELEMENTS
+
     def __init__(self, draw: Callable[[st.SearchStrategy[Any]], Any], seed: int, n_args: int, dtype: str):
         from tessel.ir.core import Func
         from tessel.ir.types import TensorType
@@ -58,7 +60,6 @@ class ModuleBuilder(Draws):
         self.values = list(self.func.args)
         self.exact: set[int] = {id(v) for v in self.values}
         self.scale: dict[int, float] = {id(v): 1.0 for v in self.values}  # a rough bound on |x|
-        self.built: list[str] = []
         self.pinned: list[Any] = []  # results of the func that no op may read (`pin`)
 
     # drawing --------------------------------------------------------------------------------------------
@@ -98,7 +99,8 @@ class ModuleBuilder(Draws):
             sig = opdef.sig([v.type for v in operands], attrs)
             types = opdef.infer(sig)
             if opdef.verify is not None:
-                opdef.verify(opdef.sig([v.type for v in operands], attrs, types))
+                sig.results = types
+                opdef.verify(sig)
         except OpError:
             return None
         if name != "const" and any(t.numel > MAX_ELEMENTS or 0 in t.dims for t in types):
@@ -112,12 +114,10 @@ class ModuleBuilder(Draws):
             self.scale[id(r)] = min(bound, 1e6)
             if exact or not r.type.is_float:
                 self.exact.add(id(r))
-        if name != "const":
-            self.built.append(name)
         return op.results
 
     def one(self, name: str, operands: Sequence[Any], attrs: dict[str, Any] | None = None, **kw: Any) -> Any:
-        """`op` for a single-result op: its result, or None."""
+        """`op`'s first result, or None."""
         got = self.op(name, operands, attrs, **kw)
         return got[0] if got else None
 

@@ -170,16 +170,16 @@ def check_graph(case: GraphCase, levels: Sequence[int] = LEVELS, targets: Sequen
         try:
             module = import_model(data, "fuzz.onnx")
         except DiagnosticError as e:
-            fail("import", None, None, _diag_text(e))
+            fail("import", None, None, diag_text(e))
             return out
         except Exception as e:
-            fail("import", None, None, _crash_text(e))
+            fail("import", None, None, crash_text(e))
             return out
         out.imported = True
         try:
             _optimize(module, level)
         except Exception as e:
-            text = _diag_text(e) if isinstance(e, DiagnosticError) else _crash_text(e)
+            text = diag_text(e) if isinstance(e, DiagnosticError) else crash_text(e)
             if fail("optimize", level, None, text):
                 return out
             continue
@@ -195,12 +195,14 @@ def check_graph(case: GraphCase, levels: Sequence[int] = LEVELS, targets: Sequen
             except Exception as e:
                 stage = "lower" if isinstance(e, _LowerError) else "run"
                 err = e.__cause__ if isinstance(e, _LowerError) and e.__cause__ else e
-                text = _diag_text(err) if isinstance(err, DiagnosticError) else _crash_text(err)
+                text = diag_text(err) if isinstance(err, DiagnosticError) else crash_text(err)
                 if fail(stage, level, target, text):
                     return out
                 continue
             diff = compare(got, want)
             if diff is not None and oracles_disagree(case, got, want):
+                if out.findings:  # a failure found at another level or target stays; this pair is unjudged
+                    continue
                 return Outcome(status="discarded", reason="onnxruntime and onnx's reference disagree (tessel "
                                "agrees with the reference)")
             if diff is not None:
@@ -266,15 +268,15 @@ def _first_line(text: str) -> str:
     return text.strip().split("\n")[0][:300]
 
 
-def _diag_text(e: BaseException) -> str:
+def diag_text(e: BaseException) -> str:
     from tessel.ir.diagnostics import DiagnosticError, render
 
     if isinstance(e, DiagnosticError):
         return "".join(render(d) for d in e.diagnostics).strip()
-    return _crash_text(e)
+    return crash_text(e)
 
 
-def _crash_text(e: BaseException) -> str:
+def crash_text(e: BaseException) -> str:
     from tessel.passes.manager import CompilerCrash
 
     if isinstance(e, CompilerCrash):

@@ -51,20 +51,9 @@ from tests.fuzz.mutate import check_parse, corpus, mutate  # noqa: E402
 from tests.fuzz.property import LEVELS, TARGETS, Finding, Outcome, check_graph, opencl_device  # noqa: E402
 from tests.fuzz.reduce_graph import reduce_case  # noqa: E402
 from tests.fuzz.run_modules import ModuleStats, module_batch, module_report, replay_module  # noqa: E402
+from tests.fuzz.saved import Saved, normalize  # noqa: E402
 
 BATCH = 20
-
-
-@dataclasses.dataclass
-class Saved:
-    kind: str  # "graph" | "module" | "parser"
-    path: Path
-    stage: str
-    target: str | None
-    key: str  # a normalized first line (non-mismatch) or the op set (mismatch)
-    ops: frozenset[str]
-    summary: str
-    repeats: int = 0
 
 
 @dataclasses.dataclass
@@ -109,12 +98,6 @@ class Stats:
         self.skipped.update(out.skipped)
         for f in out.findings:
             self.failed[(f.level, f.target)] += 1
-
-
-def normalize(message: str) -> str:
-    first = message.strip().split("\n")[0]
-    first = first.split(" error: ", 1)[-1]  # drop the location (a file position or a fused loc list)
-    return re.sub(r"'[^']*'|\"[^\"]*\"|[-+]?\d[\d.e+-]*", "#", first)[:200]
 
 
 class Findings:
@@ -193,19 +176,18 @@ def graph_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadli
 
     found = find_and_shrink(graphs(max_steps=args.max_steps), size, batch_seed, deadline, args.shrink_seconds,
                             first, again, stats.generator_errors)
-    if found is None or not found.kept.findings:
+    if found is None:
         return
-    best = found
 
-    def still_fails(c: GraphCase) -> bool:
-        o = again(c, best.focus)
+    def still_fails(c: GraphCase) -> bool:  # reduce_graph's property: found keeps the smallest failure
+        o = again(c, found.focus)
         if o is not None:
-            best.case, best.kept = c, o
+            found.case, found.kept = c, o
         return o is not None
 
     left = args.shrink_seconds - (time.monotonic() - found.since)
     reduce_case(found.case, still_fails, seconds=max(left, 10.0))
-    saved = findings.save_graph(best.case, best.kept, run_seed, batch_seed)
+    saved = findings.save_graph(found.case, found.kept, run_seed, batch_seed)
     progress.note(f"new failure saved to {saved.path}: {saved.summary}")
 
 
@@ -361,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=12, help="generator steps per graph")
     ap.add_argument("--shrink-seconds", type=float, default=90.0, help="time to shrink one failure")
     ap.add_argument("--replay", type=Path, help="check one saved graph (.onnx, inputs from its .npz) or "
-                    "module (.tsl: a reproducer's pipeline, else every pass and pipeline)")
+                    "module (.tsl: a reproducer's pipeline with the tolerance and seed of its header, else "
+                    "every pass and pipeline)")
     args = ap.parse_args(argv)
     args.targets = [t for t in args.targets.split(",") if t]
     args.levels = [int(x) for x in args.levels.split(",") if x]
@@ -382,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.seconds
     rnd = random.Random(seed)
     corpus()  # build the parser corpus before the clock matters
-    batch = 0
+    batch = module_batches = 0
     while time.monotonic() < deadline:
         t0 = time.monotonic()
         slice_end = min(deadline, t0 + max(15.0, args.seconds / 12))  # the other parts get their turn
@@ -398,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         while (m_share > 0 and time.monotonic() < deadline
                and stats.module_seconds < (stats.graph_seconds / g_share) * m_share):
             t2 = time.monotonic()
-            module_batch(args, seed, (seed * 1_000_033 + batch) % 2**32, deadline, stats, findings, progress)
+            module_batch(args, seed, (seed * 1_000_033 + module_batches) % 2**32, deadline, stats, findings,
+                         progress)  # each batch its own seed: a slice may run several
+            module_batches += 1
             stats.module_seconds += time.monotonic() - t2
         batch += 1
         progress.tick(stats, force=True)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from tests.fuzz.batch import find_and_shrink
-from tests.fuzz.module_check import ModuleFinding, check_module, pass_specs, pipelines
+from tests.fuzz.module_check import SEED, ModuleFinding, check_module, pass_specs, pipelines
 from tests.fuzz.modules import ModuleCase, modules
+from tests.fuzz.saved import Saved, normalize
 
 BATCH = 10
 
@@ -51,8 +51,7 @@ class ModuleStats:
 
 
 def _key(f: ModuleFinding) -> str:
-    first = f.message.strip().split("\n")[0]
-    return f.stage + ":" + re.sub(r"'[^']*'|\"[^\"]*\"|[-+]?\d[\d.e+-]*|%\w+", "#", first)[:200]
+    return f.stage + ":" + normalize(f.message)
 
 
 def module_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadline: float, stats: Any,
@@ -90,8 +89,6 @@ def _repeat(findings: Any, f: ModuleFinding) -> bool:
 
 
 def save_module(findings: Any, case: ModuleCase, f: ModuleFinding, run_seed: int, batch_seed: int) -> Any:
-    from tests.fuzz.run import Saved
-
     out_dir: Path = findings.dir
     out_dir.mkdir(parents=True, exist_ok=True)
     n = sum(s.kind == "module" for s in findings.stats.saved) + 1
@@ -135,11 +132,19 @@ def module_report(m: ModuleStats) -> list[str]:
 
 
 def replay_module(path: Path) -> int:
-    """Check a saved module: a reproducer (its header names the pipeline) or a whole module (every pass
-    and pipeline)."""
+    """Check a saved module: a reproducer (checked as its header says: the pipeline, and the
+    --validate-each tolerance and --seed it failed under) or a whole module (every pass and pipeline)."""
+    from tessel.cli.validation import reproducer_header
+    from tessel.debug.validate import Tolerance
+
     text = path.read_text()
-    m = re.match(r"// tessel-reproducer: --pass-pipeline='([^']*)'", text)
-    out = check_module(text, [m.group(1)] if m else None)
+    if text.startswith("// tessel-reproducer:"):
+        flags = reproducer_header(text.encode(), str(path))
+        tol = Tolerance.parse(flags["--validate-each"]) if "--validate-each" in flags else None
+        out = check_module(text, [flags["--pass-pipeline"]], seed=int(flags.get("--seed", SEED)),
+                           tol=(tol.rtol, tol.atol) if tol is not None else None)
+    else:
+        out = check_module(text)
     print(f"{path}: {len(out.ran)} passes and pipelines validated, {len(out.changed)} changed it"
           + (f"; skipped: {out.skipped}" if out.skipped else ""))
     for f in out.findings:

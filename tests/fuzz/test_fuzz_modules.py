@@ -5,6 +5,7 @@ derandomized for `make test`; `make fuzz` (run.py, run_modules.py) runs the same
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
@@ -101,3 +102,39 @@ def test_builtin_passes_only() -> None:
     from tessel.passes.manager import BUILTIN_PASSES
 
     assert {s.split("{")[0] for s in pass_specs()} == set(BUILTIN_PASSES)
+
+
+@settings(BASE, max_examples=60, phases=[Phase.generate])
+@given(modules(max_steps=3, ops=["quantize"]))
+def test_the_requantized_product_is_never_a_result(case: ModuleCase) -> None:
+    """fold-qdq's integer product may round one step from the float one (module_check.QDQ_TOLERANCE): only
+    its dequantized value may be a result (compared within a step), never the i8/u8 one (compared exactly)."""
+    from tessel.ir.parser import parse_module
+
+    func = parse_module(case.text, "fuzz.tsl", register_source=False).funcs[0]
+    for v in func.return_op.operands:
+        producer = v.op.operands[0].op if v.op is not None and v.op.name == "quantize" else None
+        assert producer is None or producer.name not in ("matmul", "conv2d"), case.text
+
+
+def test_a_reproducer_replays_as_its_header_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--replay of a module reproducer checks its pipeline with the tolerance and seed it failed under."""
+    from tests.fuzz import run_modules
+    from tests.fuzz.module_check import ModuleOutcome
+
+    seen: dict = {}
+
+    def check(text: str, names: object = None, first_only: bool = False, seed: int = 0,
+              tol: object = None) -> ModuleOutcome:
+        seen.update(names=names, seed=seed, tol=tol)
+        return ModuleOutcome(ran=list(names or []))
+
+    monkeypatch.setattr(run_modules, "check_module", check)
+    path = tmp_path / "module-1.tsl"
+    path.write_text("// tessel-reproducer: --pass-pipeline='fold-qdq' --validate-each=0.001,0.051 --seed=3\n"
+                    + RELU)
+    assert run_modules.replay_module(path) == 0
+    assert seen == {"names": ["fold-qdq"], "seed": 3, "tol": (0.001, 0.051)}
+    path.write_text(RELU)  # a whole module: every pass and pipeline, as the fuzzer checked it
+    assert run_modules.replay_module(path) == 0
+    assert seen["names"] is None and seen["tol"] is None

@@ -11,19 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
 import pytest
 
-from tests.models.test_models import (
-    PYTORCH,
-    _light_params,
-    _load_data_sets,
-    assert_outputs_close,
-    check_random_weight_copy,
-    run_tessel,
-)
+from tests.models.test_models import PYTORCH, _light_params, check_random_weight_copy
 
-from .test_models_opencl import OPENCL_SLOW
+from . import test_models_opencl as plain  # (a module: pytest collects its tests there only)
 
 FAST = {"test_Conv2d_depthwise_padded", "test_Conv2d_groups", "test_AvgPool2d_stride",
         "test_BatchNorm2d_eval", "test_ConvTranspose2d", "test_MaxPool2d", "test_PixelShuffle",
@@ -32,9 +24,6 @@ FAST = {"test_Conv2d_depthwise_padded", "test_Conv2d_groups", "test_AvgPool2d_st
         "test_operator_reduced_mean_keepdim", "test_operator_mm", "test_operator_chunk"}
 """The pytorch models `make test` runs checked: convs (depthwise, grouped, transposed: padded channel
 blocks), pools, norms, gathers, concat, pad, reductions, matmul."""
-LIGHT_FAST: set[str] = set()
-"""Light models `make test` runs checked: none (squeezenet, the fastest, takes 1.5-9 minutes to build
-checked on a cold PoCL cache here); `make test-all` runs them all."""
 
 
 @pytest.fixture(autouse=True)
@@ -47,15 +36,11 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.param(p, id=f"{p.parent.name.removeprefix('pytorch-')}/{p.name}",
                  marks=[] if p.name in FAST else [pytest.mark.slow]) for p in PYTORCH])
 def test_pytorch_model_checked(case: Path) -> None:
-    model = onnx.load(case / "model.onnx")
-    for inputs, expected in _load_data_sets(case):
-        got = run_tessel(model, inputs, f"{case.name}.onnx", target="opencl")
-        assert_outputs_close(got, expected, rtol=1e-3, atol=1e-5)
+    plain.test_pytorch_model_on_opencl(case)
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p.values[0], id=p.id, marks=[] if p.values[0].stem in LIGHT_FAST else [pytest.mark.slow])
-    for p in _light_params(slow=OPENCL_SLOW)])
+@pytest.mark.slow  # every one: squeezenet, the fastest, takes 1.5-9 minutes to build checked on a cold
+@pytest.mark.parametrize("path", _light_params())  # PoCL cache here (make test-all runs them)
 def test_light_model_checked(path: Path) -> None:
     check_random_weight_copy(path, "opencl")
 

@@ -6,32 +6,21 @@ shows a leak of a few hundred bytes a run or one object a load. The fast tests c
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 import numpy as np
 import pytest
-from tessel.debug.soak import live_opencl_objects, rss_bytes, soak
-from tessel.ir.parser import parse_module
-from tessel.passes.manager import PassManager
-from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+from tessel.debug.soak import MAX_GROWTH, live_opencl_objects, rss_bytes, soak
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.adapt import ADAPT_AFTER
 from tessel.targets.opencl.lower import lower_module
 
 from .conftest import here
-
-MAX_GROWTH = 1 << 20
-"""RSS growth after the warm-up that counts as a leak (bench/soak.py's bound too)."""
-BLOCK = Path(__file__).resolve().parents[2] / "examples" / "block.tsl"
+from .test_execution import inputs, lowered, needs_companion
 
 
 def _block():  # noqa: ANN202
-    m = parse_module(BLOCK.read_bytes(), BLOCK.name)
-    PassManager(parse_pipeline(O_LEVELS[2])).run(m)
-    lower_module(m, here())
-    func = m.funcs[0]
-    rng = np.random.default_rng(0)
-    return m, func, [rng.standard_normal(a.type.dims).astype(np.float32) for a in func.args]
+    m = lowered()
+    return m, m.funcs[0], inputs(m.funcs[0], 0)
 
 
 def test_the_counter_sees_an_object_made_and_dropped() -> None:
@@ -84,8 +73,8 @@ def test_rss_is_the_resident_set() -> None:
 
 
 def test_a_short_soak_reports_both_loops() -> None:
-    m, func, inputs = _block()
-    r = soak(m, func, inputs, runs=40, loads=6, execution="pool", model="block")
+    m, func, x = _block()
+    r = soak(m, func, x, runs=40, loads=6, execution="pool", model="block")
     assert (r.runs, r.warmup_runs, r.loads, r.warmup_loads) == (40, 2 * ADAPT_AFTER, 6, 5)
     assert r.objects_runs == r.objects_warm and r.objects_runs["kernels"] > 0  # the executable's
     assert r.objects_loads == r.objects_unloaded and r.objects_loads["kernels"] == 0
@@ -105,11 +94,12 @@ def test_a_leak_of_objects_and_memory_shows(monkeypatch: pytest.MonkeyPatch) -> 
         return run(self, inputs)
 
     monkeypatch.setattr(Executable, "run", leaky)
-    m, func, inputs = _block()
-    r = soak(m, func, inputs, runs=40, loads=6, execution="pool", model="block")
-    assert r.leaks() == {"buffers": 40 - 2 * ADAPT_AFTER}  # the runs after the warm-up (the loads leak 6)
+    m, func, x = _block()
+    runs = 2 * ADAPT_AFTER + 24  # the warm-up, then 24 runs x 64 KiB: more than MAX_GROWTH
+    r = soak(m, func, x, runs=runs, loads=6, execution="pool", model="block")
+    assert r.leaks() == {"buffers": 24}  # the runs after the warm-up (the loads leak 6)
     assert r.objects_loads["buffers"] - r.objects_unloaded["buffers"] == 6
-    assert r.run_growth >= MAX_GROWTH  # 24 runs x 64 KiB
+    assert r.run_growth >= MAX_GROWTH
 
 
 def _transformer():  # noqa: ANN202
@@ -131,12 +121,11 @@ def _transformer():  # noqa: ANN202
 def test_soak_holds_memory_and_objects(execution: str) -> None:
     """2000 runs (~1 ms each) and 50 loads of the transformer encoder: a leak of 500 bytes a run or 20 KiB
     a load passes MAX_GROWTH; one OpenCL object a run or a load shows in the counts."""
+    if execution == "cooperative":
+        needs_companion()
     d = dev.pick_device()
-    if execution == "cooperative" and dev.inline_companion(d) is None:
-        pytest.skip("cooperative execution needs PoCL's pthread device with its basic companion")
-    module, func, inputs = _transformer()
-    live_opencl_objects()
-    r = soak(module, func, inputs, runs=2000, loads=50, execution=execution, device=d, model="transformer")
+    module, func, x = _transformer()
+    r = soak(module, func, x, runs=2000, loads=50, execution=execution, device=d, model="transformer")
     assert not r.leaks(), f"OpenCL objects over the runs: {r.objects_warm} -> {r.objects_runs}"
     assert r.objects_loads == r.objects_unloaded, (
         f"OpenCL objects over the loads: {r.objects_unloaded} -> {r.objects_loads}")

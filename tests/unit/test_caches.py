@@ -250,24 +250,19 @@ ENTRY_WORKER = textwrap.dedent("""
 PROGRAM_WORKER = textwrap.dedent("""
     import os, sys, time, warnings
     import numpy as np
-    from tessel.targets.opencl import cache, device as dev, runtime
+    from tessel.targets.opencl import cache, device as dev
     from tessel.targets.opencl.cache import CacheWarning
+    from tests.unit.test_caches import _build_and_run
 
     warnings.simplefilter("error", CacheWarning)
     go, source = sys.argv[1], sys.argv[2]
-    cl, d = dev.cl(), dev.pick_device()
-    context = dev.context_for(d)  # PoCL starts before the race
+    dev.context_for(dev.pick_device())  # PoCL starts before the race
     open(go + ".ready" + sys.argv[3], "w").close()
     while not os.path.exists(go):
         time.sleep(0.001)
-    prg = runtime.build_program(context, source, devices=[d])
-    queue = cl.CommandQueue(context, d)
-    a = np.arange(16, dtype=np.float32)
-    buf = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
-    cl.Kernel(prg, "scale")(queue, (16,), None, buf)
-    cl.enqueue_copy(queue, a, buf)
+    a = _build_and_run(source)
     assert (a == np.arange(16, dtype=np.float32) * 2 + 1).all(), a
-    print(dict(cache.PROGRAM_LOADS))
+    print(sum(cache.PROGRAM_LOADS.values()), cache.PROGRAM_LOADS["source"])
 """)
 
 
@@ -304,8 +299,10 @@ def test_two_processes_filling_one_cache_never_read_half_an_entry(tmp_path: Path
 def test_two_processes_building_one_program_into_a_fresh_cache(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     source = KERNEL + f"// {tmp_path.name}\n"
-    _race(tmp_path, PROGRAM_WORKER, lambda i, go: [go, source, str(i)],
-          {"TESSEL_CACHE_DIR": str(folder)})
+    outs = _race(tmp_path, PROGRAM_WORKER, lambda i, go: [go, source, str(i)],
+                 {"TESSEL_CACHE_DIR": str(folder), "PYTHONPATH": str(ROOT)})
+    loads = [tuple(map(int, out.split())) for out in outs]  # (programs loaded, of them built from source)
+    assert all(n == 1 for n, _ in loads) and sum(built for _, built in loads) >= 1
     (entry,) = (folder / "opencl").glob("*.bin")
     assert read_entry(str(entry)) is not None
     assert [p.name for p in (folder / "opencl").iterdir()] == [entry.name]
