@@ -4,8 +4,11 @@ runtime reports it as a KernelFault naming kernel, node and argument; poison mar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
+from tessel.ir.core import Module
 from tessel.ir.parser import parse_module
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.checks import KernelFault, poisoned, trace_launches
@@ -105,6 +108,21 @@ def checked(source: str = MODULE, **kw: object) -> tuple[Executable, list[np.nda
     return Executable(m, f, **kw), [rng.standard_normal(a.type.dims).astype(np.float32) for a in f.args]
 
 
+def edited(source: str, loc: str, edit: Callable[[str], str],
+           check_bounds: bool = True) -> tuple[Module, str]:
+    """`source` lowered, with the program's text from the kernel of the launch at `loc` on passed through
+    `edit` (a bug planted in one kernel): the module and that kernel's name."""
+    m = parse_module(source, "<test>")
+    lower_module(m, here(), check_bounds=check_bounds)
+    prog = m.funcs[0].block.ops[0]
+    launch = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch" and op.loc == (loc,))
+    name = launch.attrs["kernels"][0]["name"]
+    text = prog.attrs["source"]
+    head = text.index(f"void {name}(")
+    prog.attrs["source"] = text[:head] + edit(text[head:])
+    return m, name
+
+
 def test_a_checked_module_runs_on_the_pool_and_matches() -> None:
     exe, (x, b) = checked(poison=True)
     assert exe.execution == "pool" and exe.checks is not None and exe.checks.bounds
@@ -115,15 +133,8 @@ def test_a_checked_module_runs_on_the_pool_and_matches() -> None:
 
 def test_a_corrupted_extent_is_reported_as_a_kernel_fault_naming_kernel_node_and_argument() -> None:
     """The relu's output extent shrunk by one element in the program: its last store is out of bounds."""
-    m = parse_module(MODULE, "<test>")
-    lower_module(m, here(), check_bounds=True)
-    prog = m.funcs[0].block.ops[0]
-    relu = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch" and op.loc == ("onnx:Relu_1",))
-    name = relu.attrs["kernels"][0]["name"]
-    head = prog.attrs["source"].index(f"void {name}(")
-    src = prog.attrs["source"]
-    shrunk = src[head:].replace("const ulong tsl_n_out0 = 128UL", "const ulong tsl_n_out0 = 124UL", 1)
-    prog.attrs["source"] = src[:head] + shrunk
+    m, name = edited(MODULE, "onnx:Relu_1",
+                     lambda t: t.replace("tsl_n_out0 = 128UL", "tsl_n_out0 = 124UL", 1))
     exe = Executable(m, m.funcs[0])
     with pytest.raises(KernelFault) as e:
         exe.run([np.ones((4, 8), np.float32), np.ones(8, np.float32)])
@@ -176,12 +187,11 @@ ATTENTION = f"""module @m {{
 def test_a_local_array_overrun_is_reported_by_the_array_name() -> None:
     """The attention kernel's __local key panel `kl` shrunk to half in the program: the kernel's fill of
     its second half is out of bounds, and the fault names the array, not a kernel argument."""
-    m = parse_module(ATTENTION, "<test>")
-    lower_module(m, here(), check_bounds=True)
-    prog = m.funcs[0].block.ops[0]
-    assert "const ulong tsl_n_kl = 512UL" in prog.attrs["source"]
-    prog.attrs["source"] = prog.attrs["source"].replace("const ulong tsl_n_kl = 512UL",
-                                                        "const ulong tsl_n_kl = 256UL")
+    def halve(text: str) -> str:
+        assert "const ulong tsl_n_kl = 512UL" in text
+        return text.replace("const ulong tsl_n_kl = 512UL", "const ulong tsl_n_kl = 256UL", 1)
+
+    m, _ = edited(ATTENTION, "onnx:Attention_0", halve)
     exe = Executable(m, m.funcs[0])
     rng = np.random.default_rng(0)
     with pytest.raises(KernelFault) as e:
@@ -251,14 +261,7 @@ def test_the_first_wrong_launch_counts_the_poison_it_left() -> None:
         "    return %1 : tensor<4x8xf32>",
         '    %2 = add %1, %0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> loc("onnx:Add_2")\n'
         "    return %2 : tensor<4x8xf32>")
-    m = parse_module(src, "<test>")
-    lower_module(m, here(), check_bounds=False)
-    prog = m.funcs[0].block.ops[0]
-    relu = next(op for op in m.funcs[0].block.ops if op.name == "cl.launch" and op.loc == ("onnx:Relu_1",))
-    name = relu.attrs["kernels"][0]["name"]
-    head = prog.attrs["source"].index(f"void {name}(")
-    brace = prog.attrs["source"].index("{", head)
-    prog.attrs["source"] = prog.attrs["source"][: brace + 1] + " return;" + prog.attrs["source"][brace + 1:]
+    m, name = edited(src, "onnx:Relu_1", lambda t: t.replace("{", "{ return;", 1), check_bounds=False)
     exe = Executable(m, m.funcs[0], poison=True)
     x, b = np.ones((4, 8), np.float32), np.ones(8, np.float32)
     note = first_wrong_launch(m, m.funcs[0], [x, b], exe, Tolerance(1e-3, 1e-4))
