@@ -35,11 +35,12 @@ class InvalidArgument(ValueError):
 
 @dataclass(frozen=True)
 class NodeArg:
-    """An input or output as onnxruntime's `get_inputs()` describes it: name, shape (None for a dynamic
-    dim) and type ('tensor(float)'), plus tessel's element type ('f32')."""
+    """An input or output as onnxruntime's `get_inputs()` describes it: name, shape (ints; a dynamic dim's
+    name, 'N', or expression, '2 * N'; None for an anonymous `?`) and type ('tensor(float)'), plus tessel's
+    element type ('f32')."""
 
     name: str
-    shape: list[int | None]
+    shape: list[int | str | None]
     type: str
     dtype: str
 
@@ -50,7 +51,9 @@ _ONNX_TYPE = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "doub
 
 
 def _node_arg(name: str, t: Any) -> NodeArg:
-    return NodeArg(name, list(t.shape), f"tensor({_ONNX_TYPE.get(t.dtype, t.dtype)})", t.dtype)
+    """A symbolic dim reads as its name (or expression), as onnxruntime gives a dim_param; `?` as None."""
+    shape = [d if d is None or isinstance(d, int) else str(d) for d in t.shape]
+    return NodeArg(name, shape, f"tensor({_ONNX_TYPE.get(t.dtype, t.dtype)})", t.dtype)
 
 
 def import_model_source(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -141,17 +144,22 @@ class CompiledModel:
         self.func: Func = module.func("main") or module.funcs[0]
         from .ir.interpreter import input_names, output_names
 
-        args = zip(input_names(self.func), self.func.args, strict=True)
-        self._inputs = [_node_arg(n, v.type) for n, v in args]
+        self._inputs = self._describe(self.func)
         self._outputs = [_node_arg(n, t) for n, t in zip(output_names(self.func), self.func.result_types,
                                                          strict=True)]
         self._lock = threading.Lock()
         self._device = device
         self._exe: Any = None
         if target == "opencl":
-            from .targets.opencl.runtime import Executable
+            from .targets.opencl.dynamic import executable
 
-            self._exe = Executable(module, self.func, device)
+            self._exe = executable(module, self.func, device)
+
+    @staticmethod
+    def _describe(func: Func) -> list[NodeArg]:
+        from .ir.interpreter import input_names
+
+        return [_node_arg(n, v.type) for n, v in zip(input_names(func), func.args, strict=True)]
 
     # onnxruntime's interface ---------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -180,12 +188,14 @@ class CompiledModel:
         over `repeat` runs after a warm-up, as `tessel-run --profile` prints them."""
         if self.target != "opencl":
             raise InvalidArgument("profile() needs the opencl target (kernels to time)")
+        from .targets.opencl.dynamic import executable
         from .targets.opencl.profile import kernel_rows, load_peaks
-        from .targets.opencl.runtime import Executable
 
         arrays = self._arrays(input_feed)
         with self._lock:
-            exe = Executable(self.module, self.func, self._exe.device, profile=True)
+            exe = executable(self.module, self.func, self._exe.device, profile=True)
+            if hasattr(exe, "for_shapes"):  # a dynamic func: the executable of these inputs' sizes
+                exe = self._call(exe.for_shapes, [a.shape for a in arrays])
             _, stats = exe.measure(arrays, repeat)
             peaks = load_peaks(exe.device)
             return [row.as_dict(peaks) for row in kernel_rows(exe, stats)]
@@ -215,19 +225,35 @@ class CompiledModel:
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if self._exe is not None:
-            return self._exe.run(arrays)
+            return self._call(self._exe.run, arrays)
         from .ir.interpreter import run_func
 
-        return run_func(self.module, self.func, arrays)
+        return self._call(run_func, self.module, self.func, arrays)
+
+    @staticmethod
+    def _call(fn: Any, *args: Any) -> Any:
+        """`fn(*args)`, with the sizes of a dynamic func's inputs not fitting it raised as InvalidArgument."""
+        try:
+            return fn(*args)
+        except DiagnosticError as e:
+            d = e.diagnostics[0]
+            if "do not fit func" not in d.message:
+                raise
+            raise InvalidArgument(d.message + "".join(f"; {n}" for n in d.notes)) from None
 
 
 def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str | None = None,
             tuning_records: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-            weight_precision: str = "f32") -> CompiledModel:
+            weight_precision: str = "f32",
+            shape_hints: Sequence[Mapping[str, Sequence[int]]] | Mapping[str, Sequence[int]] | None = None,
+            ) -> CompiledModel:
     """Import `model` (an ONNX path, ModelProto or bytes, a .tsl path or text, or a Module), optimize it at
     -O`opt_level`, and compile it for `target` ('opencl', or 'numpy': the reference interpreter) on
     `device` (an OpenCL device spec as `tessel-run --device`: None picks the first, a GPU if any);
-    `tuning_records`: a tessel-tune record file; `input_shapes`: static shapes for dynamic ONNX inputs."""
+    `tuning_records`: a tessel-tune record file; `input_shapes`: static shapes for dynamic ONNX inputs
+    (without them, dynamic dims stay dynamic: the model runs inputs of any size, each size compiled the
+    first time it is met); `shape_hints`: the input shapes (a dict of input name -> shape, or a list of
+    such dicts) to compile ahead of time, tuned by the records."""
     if target not in TARGETS:
         raise InvalidArgument(f"unknown target '{target}' (expected {' or '.join(TARGETS)})")
     if opt_level not in (0, 1, 2, 3):
@@ -249,6 +275,18 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     info = dev.device_info(cl_device)
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
     lower_module(module, info, tuning=tuning)
+    if shape_hints:
+        from .targets.opencl.dynamic import embed_hint
+
+        hints = [shape_hints] if isinstance(shape_hints, Mapping) else list(shape_hints)
+        func = module.func("main") or module.funcs[0]
+        names = [n.name for n in CompiledModel._describe(func)]
+        for hint in hints:
+            unknown = sorted(set(hint) - set(names))
+            if unknown or set(hint) != set(names):
+                raise InvalidArgument(f"shape_hints must give every input ({', '.join(names)}); got "
+                                      f"{', '.join(hint) or 'none'}")
+            CompiledModel._call(embed_hint, module, func, [list(hint[n]) for n in names], info, tuning)
     levels["target"] = module
     return CompiledModel(module, "opencl", cl_device, levels)
 

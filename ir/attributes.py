@@ -16,6 +16,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from .symbolic import Sym
 from .types import FLOAT_TYPES, TensorType
 
 Attr = Union[int, float, bool, str, list, dict, TensorType, "DenseAttr", "ResourceAttr"]
@@ -183,6 +184,8 @@ def format_attr(value: Attr) -> str:
         return format_attr_dict(value)
     if isinstance(value, TensorType | DenseAttr | ResourceAttr):
         return str(value)
+    if isinstance(value, Sym):
+        return f"[{value}]"
     raise TypeError(f"cannot print attribute of type {type(value).__name__}")
 
 

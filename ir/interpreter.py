@@ -51,7 +51,7 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
         if a.dtype != t.np_dtype:
             problems.append(f"input '{name}' has dtype {a.dtype}, expected {t.np_dtype} ({t})")
         elif len(a.shape) != t.rank or any(
-            d is not None and d != s for d, s in zip(t.shape, a.shape, strict=True)
+            type(d) is int and d != s for d, s in zip(t.shape, a.shape, strict=True)
         ):
             problems.append(f"input '{name}' has shape {list(a.shape)}, expected {t}")
     for extra in sorted(set(inputs) - set(names)):
@@ -67,16 +67,23 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
             else np.asarray(inputs[n]) for n, v in zip(names, func.args, strict=True)]
 
 
-def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(func: Func, seed: int = 0, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Seeded inputs: floats uniform in [-1, 1) (f8E8M0FNU: powers of two), ints in [0, 4), booleans half
-    true."""
+    true. `sizes` gives the symbolic dims' values (`{"N": 1, "H": 224}`) for a dynamic func."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, v in zip(input_names(func), func.args, strict=True):
         t: TensorType = v.type
+        if not t.is_static and sizes and not any(d is None for d in t.shape) and t.symbols <= set(sizes):
+            from .specialize import evaluate_type
+
+            t = evaluate_type(t, sizes)
         if not t.is_static:
+            missing = sorted(t.symbols - set(sizes or {}))
+            how = (f"give the size of {', '.join(missing)} (tessel-run --sizes {missing[0]}=N)" if missing
+                   and not any(d is None for d in t.shape) else "give --inputs")
             raise DiagnosticError(
-                Diagnostic("error", f"input '{name}' has a dynamic shape {t}: give --inputs")
+                Diagnostic("error", f"input '{name}' has a dynamic shape {t}: {how}")
             )
         if t.dtype == "f8E8M0FNU":  # exponent-only: positive powers of two, no zero or negatives
             out[name] = np.exp2(rng.integers(-4, 5, t.dims)).astype(np.float32).astype(t.np_dtype)
@@ -90,7 +97,12 @@ def random_inputs(func: Func, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def run_func(module: Module, func: Func, args: list[np.ndarray]) -> list[np.ndarray]:
-    """Execute `func` on arrays given in argument order; returns its results."""
+    """Execute `func` on arrays given in argument order; returns its results. A func with dynamic dims
+    runs as its specialization to the arguments' shapes (ir/specialize.py)."""
+    if any(not v.type.is_static for v in func.args):
+        from .specialize import specialized
+
+        module, func = specialized(module, func, [np.shape(a) for a in args])
     env: dict[int, np.ndarray] = {id(v): a for v, a in zip(func.args, args, strict=True)}
     return run_block(module, func.block, env)
 

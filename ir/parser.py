@@ -22,6 +22,7 @@ from .core import Block, Func, Loc, Module, Op, Region, SourcePos, Value
 from .diagnostics import SOURCES, Diagnostic, DiagnosticError
 from .ops.registry import get_op
 from .resources import ResourceError, ResourceTable, decode_entry
+from .symbolic import ParseError, parse_expr
 from .types import ELEMENT_TYPES, NARROW_FLOAT_TYPES, SUB_BYTE_BITS, TensorType, float_max, int_range, widen
 
 T = TypeVar("T")
@@ -35,7 +36,9 @@ _FLOAT = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)")
 _INT = re.compile(r"-?\d+")
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _LONG_STRING = re.compile(r'"""(.*?)"""', re.S)
-_TENSOR = re.compile(r"tensor<((?:(?:\d+|\?)x)*)([A-Za-z0-9]+)>")
+_TENSOR = re.compile(r"tensor<((?:(?:\d+|\?|\[[^\]\n]*\])x)*)([A-Za-z0-9]+)>")
+_DIM = re.compile(r"(\d+|\?|\[[^\]\n]*\])x")
+_SYMBOLIC_ITEM = re.compile(r"\[\s*-?\s*(?:\(|(?!(?:true|false|inf|nan|dense|dense_resource|tensor)\b)[A-Za-z_])")
 _SECTION = re.compile(rb"(?m)^\{-#")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
@@ -177,9 +180,37 @@ class Parser:
         if m.group(2) not in ELEMENT_TYPES:
             raise self.error(
                 f"unknown element type '{m.group(2)}' (expected one of {', '.join(ELEMENT_TYPES)})", start)
+        dims: list[Any] = []
+        at = m.start(1)
+        for d in _DIM.finditer(m.group(1)):
+            text = d.group(1)
+            if text == "?":
+                dims.append(None)
+            elif text.startswith("["):
+                dims.append(self.symbolic(text[1:-1], at + d.start(1) + 1))
+            else:
+                dims.append(int(text))
         self.pos = m.end()
-        dims = tuple(None if d == "?" else int(d) for d in m.group(1).split("x")[:-1])
-        return TensorType(dims, m.group(2))
+        return TensorType(tuple(dims), m.group(2))
+
+    def symbolic(self, text: str, at: int) -> Any:
+        """The symbolic dim `text` (the inside of `[...]`, starting at offset `at`)."""
+        try:
+            return parse_expr(text)
+        except ParseError as e:
+            raise self.error(str(e), at + e.offset) from None
+        except ValueError as e:
+            raise self.error(str(e), at) from None
+
+    def symbolic_item(self) -> Any:
+        """An int attribute's symbolic item `[expr]`."""
+        self.expect("[")
+        start = self.pos
+        end = self.text.find("]", start)
+        if end < 0 or "\n" in self.text[start:end]:
+            raise self.error("expected ']' closing the symbolic dim", start)
+        self.pos = end + 1
+        return self.symbolic(self.text[start:end], start)
 
     def delimited(self, open_: str, close: str, item: Callable[[], T]) -> list[T]:
         """`open_ item, item, ... close`, possibly empty."""
@@ -226,6 +257,8 @@ class Parser:
         self.ws()
         start = self.pos
         if self.peek("["):
+            if _SYMBOLIC_ITEM.match(self.text, self.pos):
+                return self.symbolic_item()
             return self.delimited("[", "]", self.attr)
         if self.peek("{"):
             return self.attr_dict()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from .symbolic import Sym, format_dim, symbols_of
 
 # element type -> the numpy dtype's name; the types after f64 that numpy lacks come from ml_dtypes
 _NUMPY_NAMES = {
@@ -111,14 +114,18 @@ def element_type_of(dtype: np.dtype) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """A ranked tensor type. `shape` holds ints, or None for a dynamic dim printed as `?`."""
+    """A ranked tensor type. `shape` holds ints, symbolic dims (`Sym`, printed `[expr]`: a size named by a
+    symbol, or computed from named sizes), or None for an anonymous dynamic dim printed as `?`."""
 
-    shape: tuple[int | None, ...]
+    shape: tuple[Any, ...]
     dtype: str
 
     def __post_init__(self) -> None:
         if self.dtype not in ELEMENT_TYPES:
             raise ValueError(f"unknown element type '{self.dtype}'")
+        if not all(type(d) is int or d is None or type(d) is Sym for d in self.shape):
+            object.__setattr__(self, "shape", tuple(
+                d if d is None or isinstance(d, Sym) else int(d) for d in self.shape))
 
     @property
     def rank(self) -> int:
@@ -126,7 +133,12 @@ class TensorType:
 
     @property
     def is_static(self) -> bool:
-        return all(d is not None for d in self.shape)
+        return all(type(d) is int for d in self.shape)
+
+    @property
+    def symbols(self) -> set[str]:
+        """The names of the symbols its dims use."""
+        return symbols_of(self.shape)
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -139,7 +151,7 @@ class TensorType:
     def numel(self) -> int:
         n = 1
         for d in self.shape:
-            if d is None:
+            if type(d) is not int:
                 raise ValueError(f"{self} has a dynamic dim")
             n *= d
         return n
@@ -162,14 +174,14 @@ class TensorType:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_TYPES
 
-    def with_shape(self, shape: tuple[int | None, ...] | list[int]) -> TensorType:
+    def with_shape(self, shape: tuple[Any, ...] | list[Any]) -> TensorType:
         return TensorType(tuple(shape), self.dtype)
 
     def with_dtype(self, dtype: str) -> TensorType:
         return TensorType(self.shape, dtype)
 
     def __str__(self) -> str:
-        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        dims = "".join(format_dim(d) + "x" for d in self.shape)
         return f"tensor<{dims}{self.dtype}>"
 
     __repr__ = __str__

@@ -9,6 +9,7 @@ from .attributes import DenseAttr, ResourceAttr
 from .core import Block, Func, Module, Op
 from .diagnostics import Diagnostic, DiagnosticError, op_error
 from .ops.registry import AttrSpec, OpDef, OpError, get_op
+from .symbolic import Sym
 from .types import TensorType
 
 
@@ -24,6 +25,10 @@ def _kind_ok(kind: str, v: Any) -> bool:
         return isinstance(v, str)
     if kind == "ints":
         return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    if kind == "dim":
+        return is_int or isinstance(v, Sym)
+    if kind == "dims":
+        return isinstance(v, list) and all(isinstance(x, int | Sym) and not isinstance(x, bool) for x in v)
     if kind == "floats":
         return isinstance(v, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
     if kind == "strs":
@@ -35,8 +40,8 @@ def _kind_ok(kind: str, v: Any) -> bool:
     return True
 
 
-_KIND_WORDS = {"int": "an integer", "float": "a float", "bool": "true or false", "str": "a string",
-               "ints": "an array of integers", "floats": "an array of floats", "strs": "an array of strings",
+_KIND_WORDS = {"int": "an integer", "dim": "an integer or a symbolic dim", "float": "a float", "bool": "true or false", "str": "a string",
+               "ints": "an array of integers", "dims": "an array of integers or symbolic dims", "floats": "an array of floats", "strs": "an array of strings",
                "type": "a tensor type", "dense": "a dense<> or dense_resource<> tensor"}
 
 

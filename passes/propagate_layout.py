@@ -195,7 +195,8 @@ class PropagateLayout(Pass):
             # reading NCHW whose result a conv reads blocked (writing the layout is free)
             if not _top_level(op):
                 return False
-            if len(op.results) != 1 or op.result.type.rank != 4 or not lay.takes(op.result.type.dims[1]):
+            if len(op.results) != 1 or op.result.type.rank != 4 or not op.result.type.is_static \
+                    or not lay.takes(op.result.type.dims[1]):
                 return False
             users = op.result.users
             if len(users) == 1 and lay.is_to(users[0]):
@@ -221,7 +222,8 @@ class PropagateLayout(Pass):
             if not _top_level(op):
                 return False
             inner = op.operands[0].op
-            if not (lay.is_to(op) and lay.is_back(inner)) or not lay.takes(op.operands[0].type.dims[1]):
+            if not (lay.is_to(op) and lay.is_back(inner)) or not op.operands[0].type.is_static \
+                    or not lay.takes(op.operands[0].type.dims[1]):
                 return False
             assert inner is not None
             if inner.operands[0].type != op.result.type:

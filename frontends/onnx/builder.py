@@ -20,7 +20,9 @@ import numpy as np
 from ...ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr, is_splat_array
 from ...ir.core import Block, Module, Op, Value
 from ...ir.ops.registry import OpError, get_op
+from ...ir.symbolic import Sym
 from ...ir.types import TensorType, element_type_of
+from . import fold_sizes
 
 FOLD_LIMIT = 1 << 22
 """Largest non-splat result (elements) folded at import; bigger constant work is left to run time."""
@@ -47,8 +49,14 @@ class Tensor:
         return self.array is not None
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self.type.dims
+    def shape(self) -> tuple[Any, ...]:
+        """The dims: ints, symbolic dims (`Sym`, which compute like ints) and None for an anonymous one."""
+        return self.type.shape
+
+    @property
+    def is_symbolic(self) -> bool:
+        """A constant whose items are sizes, some of them symbolic (a numpy object array)."""
+        return self.array is not None and self.array.dtype == object
 
     @property
     def rank(self) -> int:
@@ -65,8 +73,9 @@ class Tensor:
                                   "but it depends on the model's inputs")
         return self.array
 
-    def ints(self, what: str = "this input") -> list[int]:
-        return [int(v) for v in np.asarray(self.const(what)).reshape(-1)]
+    def ints(self, what: str = "this input") -> list[Any]:
+        """The constant's items as ints, or symbolic dims where they are sizes known only by name."""
+        return [v if isinstance(v, Sym) else int(v) for v in np.asarray(self.const(what)).reshape(-1)]
 
     def floats(self, what: str = "this input") -> list[float]:
         return [float(v) for v in np.asarray(self.const(what)).reshape(-1)]
@@ -96,6 +105,10 @@ class Builder:
     def const(self, array: Any, dtype: str | None = None, name: str | None = None) -> Tensor:
         """A constant Tensor (emitted as a `const` op only if a runtime op uses it)."""
         arr = np.asarray(array)
+        if arr.dtype == object:  # sizes: ints and symbolic dims
+            arr = fold_sizes.normalize(arr)
+            if arr.dtype == object:
+                return Tensor(TensorType(tuple(int(d) for d in arr.shape), dtype or "i64"), arr, name=name)
         if dtype is not None:
             arr = arr.astype(TensorType((), dtype).np_dtype, copy=False)
         try:
@@ -113,6 +126,14 @@ class Builder:
         if v is not None:
             return v
         arr = t.const()
+        if arr.dtype == object:  # symbolic sizes: a `dims` op, a constant once the func is specialized
+            values = [v if isinstance(v, Sym) else int(v) for v in arr.reshape(-1)]
+            op = Op("dims", [], [t.type], {"values": values, "shape": list(t.type.dims), "dtype": t.dtype},
+                    loc=self.loc, result_names=[t.name])
+            self.block.append(op)
+            self._materialized[id(t)] = op.results[0]
+            self._keep.append(t)
+            return op.results[0]
         attr: DenseAttr | ResourceAttr
         if is_splat_array(arr) or arr.size <= LITERAL_LIMIT:
             attr = DenseAttr(t.type, arr) if arr.size <= LITERAL_LIMIT else DenseAttr.splat(
@@ -153,7 +174,16 @@ class Builder:
             raise ConversionError(f"'{name}' {e}") from None
         # a dequantize of constants stays: fold-qdq turns it and its consumer into integer arithmetic
         # (fold-constants folds the rest)
-        if all(t.is_const for t in inputs) and opdef.has("pure") and name != "dequantize" and \
+        if all(t.is_const for t in inputs) and any(t.is_symbolic for t in inputs) and opdef.has("pure") and \
+                all(t.is_static for t in types):
+            try:
+                folded = fold_sizes.fold(opdef, sig, [t.array for t in inputs])  # type: ignore[misc]
+            except fold_sizes.NotFoldable:
+                pass
+            else:
+                return [Tensor(rt, o if o.dtype == object else o.astype(rt.np_dtype, copy=False).reshape(rt.dims))
+                        for o, rt in zip(folded, types, strict=True)]
+        elif all(t.is_const for t in inputs) and opdef.has("pure") and name != "dequantize" and \
                 self._foldable(inputs, types):
             with np.errstate(all="ignore"):
                 out = opdef.reference(sig, *[t.array for t in inputs])
@@ -176,6 +206,6 @@ class Builder:
     def cast(self, t: Tensor, dtype: str) -> Tensor:
         return t if t.dtype == dtype else self.op("cast", [t], {"to": dtype})
 
-    def reshape(self, t: Tensor, shape: Sequence[int]) -> Tensor:
-        shape = [int(d) for d in shape]
+    def reshape(self, t: Tensor, shape: Sequence[Any]) -> Tensor:
+        shape = [d if isinstance(d, Sym) else int(d) for d in shape]
         return t if list(t.shape) == shape else self.op("reshape", [t], {"shape": shape})

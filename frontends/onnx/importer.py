@@ -25,6 +25,7 @@ from ...ir.core import Func, Module, Op
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError
 from ...ir.printer import sanitize
+from ...ir.symbolic import RESERVED, Sym
 from ...ir.types import TensorType
 from .builder import Builder, ConversionError, Tensor
 from .registry import DEFAULT_DOMAINS, TRAINING_DOMAIN, get_converter
@@ -124,7 +125,47 @@ def check_supported(model: onnx.ModelProto, filename: str) -> None:
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | None]:
-    return [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    """Declared dims: ints, None for a dynamic one (a dim_param, no value, or exporters' -1 and 0)."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in vi.type.tensor_type.shape.dim]
+
+
+def symbolic_dims(inputs: Sequence[onnx.ValueInfoProto], fixed: Mapping[str, Sequence[int]]) -> dict[str, list]:
+    """Each input's dims with its dynamic ones as symbols: a dim_param names its symbol (the same name on
+    two inputs is the same size), an unnamed, -1 or 0 dim gets `<input>_<axis>`; inputs in `fixed`
+    (--input-shape) keep the sizes given."""
+    taken: set[str] = set()
+    for vi in inputs:
+        taken.update(sanitize_symbol(d.dim_param) for d in vi.type.tensor_type.shape.dim if d.dim_param)
+    out: dict[str, list] = {}
+    for vi in inputs:
+        if vi.name in fixed:
+            out[vi.name] = [int(g) for g in fixed[vi.name]]
+            continue
+        dims: list = []
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.dim_param:
+                dims.append(Sym.symbol(sanitize_symbol(d.dim_param)))
+            else:
+                base = name = sanitize_symbol(f"{vi.name}_{k}")
+                n = 0
+                while name in taken:
+                    n += 1
+                    name = f"{base}_{n}"
+                taken.add(name)
+                dims.append(Sym.symbol(name))
+        out[vi.name] = dims
+    return out
+
+
+def sanitize_symbol(name: str) -> str:
+    """A dim_param as a symbol name: letters, digits and _, not starting with a digit, not a keyword."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "d"
+    if s[0].isdigit():
+        s = "d" + s
+    return s + "_" if s in RESERVED else s
 
 
 def _dim_text(vi: onnx.ValueInfoProto) -> str:
@@ -242,7 +283,6 @@ def import_model(data: bytes, filename: str = "<stdin>",
                    + ", ".join(vi.name for vi in graph_inputs) + ")")
 
     arg_types: list[TensorType] = []
-    dynamic: list[str] = []
     for vi in graph_inputs:
         if not vi.type.HasField("tensor_type"):
             raise _err(
@@ -260,13 +300,13 @@ def import_model(data: bytes, filename: str = "<stdin>",
             ):
                 raise _err(f"'{filename}': --input-shape {vi.name}={'x'.join(map(str, given))} does not fit "
                            f"the model's input {vi.name}: {_dim_text(vi)}")
-            dims = [int(g) for g in given]
-        if any(d is None for d in dims):
-            dynamic.append(f"{vi.name}: {_dim_text(vi)}")
-        arg_types.append(TensorType(tuple(dims), dtype))
-    if dynamic:
-        raise _err(f"'{filename}' has inputs with dynamic dims; fix them with --input-shape NAME=DxDx...",
-                   dynamic)
+        if not vi.type.tensor_type.HasField("shape") and vi.name not in input_shapes:
+            raise _err(f"'{filename}': input '{vi.name}' has no declared rank; give it with --input-shape "
+                       f"{vi.name}=DxDx...")
+    symbolic = symbolic_dims(graph_inputs, input_shapes)
+    for vi in graph_inputs:
+        dtype = onnx_element_type(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+        arg_types.append(TensorType(tuple(symbolic[vi.name]), dtype))
 
     func = Func.new("main", arg_types, [vi.name for vi in graph_inputs], [])
     func.arg_attrs = [{"name": vi.name} if sanitize(vi.name) != vi.name else {} for vi in graph_inputs]

@@ -19,15 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from ..symbolic import Sym, format_dim
 from ..types import TensorType
 
 REQUIRED = object()
 
-ATTR_KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs", "type", "dense", "any")
+ATTR_KINDS = ("int", "dim", "float", "bool", "str", "ints", "dims", "floats", "strs", "type", "dense", "any")
+"""`dim`, `dims`: like `int`, `ints`, but items may be symbolic dims (`[N * 3]`): sizes an op computes from the func's
+symbols (a reshape's shape, a slice's end)."""
 
 
-class OpError(Exception):
-    """An op's operands or attributes break one of its rules; the message names the rule."""
+from ..errors import OpError  # noqa: E402,F401 - re-exported: ops and passes import it from here
 
 
 def check(cond: Any, message: str) -> None:
@@ -136,7 +138,7 @@ class OpDef:
 
 
 REGISTRY: dict[str, OpDef] = {}
-FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape",
+FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape", "dims",
             "tensor_extra", "misc", "signal", "layout", "winograd", "kernel", "attention", "recurrent",
             "target", "quant")
 _loaded = False
@@ -164,28 +166,34 @@ def get_op(name: str) -> OpDef | None:
 
 
 # helpers shared by the op families -------------------------------------------------------------------
-def broadcast_shapes(*shapes: tuple[int | None, ...]) -> tuple[int | None, ...]:
-    """Numpy/ONNX multidirectional broadcasting; raises OpError when the shapes don't broadcast."""
+def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Numpy/ONNX multidirectional broadcasting; raises OpError when the shapes don't broadcast. A symbolic
+    dim against a static one (other than 1) takes the static size, and the same symbolic dim on every side
+    stays; different symbolic dims give an anonymous `?` (either may be 1). Specializing to sizes checks
+    what this assumes."""
     rank = max((len(s) for s in shapes), default=0)
-    out: list[int | None] = []
+    out: list[Any] = []
     for i in range(rank):
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        known = {d for d in dims if d is not None and d != 1}
+        known = {d for d in dims if type(d) is int and d != 1}
+        syms = {d for d in dims if isinstance(d, Sym)}
         if len(known) > 1:
             raise OpError(
                 "operand shapes " + " and ".join(_fmt_shape(s) for s in shapes) + " do not broadcast"
             )
         if known:
             out.append(known.pop())
-        elif any(d is None for d in dims):
+        elif len(syms) == 1 and all(d is not None for d in dims):
+            out.append(syms.pop())
+        elif syms or any(d is None for d in dims):
             out.append(None)
         else:
             out.append(1)
     return tuple(out)
 
 
-def _fmt_shape(s: tuple[int | None, ...]) -> str:
-    return "[" + ",".join("?" if d is None else str(d) for d in s) + "]"
+def _fmt_shape(s: tuple[Any, ...]) -> str:
+    return "[" + ",".join(format_dim(d) for d in s) + "]"
 
 
 def check_element_kind(t: TensorType, float_only: bool) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..symbolic import Sym, floordiv, format_dim, smax, smin
 from ..types import TensorType
 from .registry import Cost, OpDef, OpError, Sig, attr, broadcast_shapes, check, norm_axis, register
 
@@ -31,14 +32,29 @@ def _ints(sig: Sig, name: str) -> list[int]:
     return [int(v) for v in value]
 
 
+def _dims(sig: Sig, name: str) -> list[Any]:
+    """A `dims` attribute: ints and symbolic dims."""
+    value = sig[name]
+    check(isinstance(value, list | tuple), f"'{name}' must be a list of ints, got {value!r}")
+    return [v if isinstance(v, Sym) else int(v) for v in value]
+
+
+def _ge(a: Any, b: Any) -> bool:
+    """a >= b, taken as true when symbolic dims leave it open (specializing to sizes checks it)."""
+    try:
+        return bool(a >= b)
+    except OpError:
+        return True
+
+
 def _choice(sig: Sig, name: str, allowed: tuple[str, ...]) -> str:
     value = sig[name]
     check(value in allowed, f"'{name}' must be one of {', '.join(allowed)}, got {value!r}")
     return value
 
 
-def _fmt(shape: Sequence[int | None]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+def _fmt(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join(format_dim(d) for d in shape) + "]"
 
 
 def _copy_cost(sig: Sig) -> Cost:
@@ -54,15 +70,24 @@ def _touched_cost(sig: Sig) -> Cost:
 
 # reshape -------------------------------------------------------------------------------------------------
 def _reshape_infer(sig: Sig) -> list[TensorType]:
-    x, shape = sig.operands[0], _ints(sig, "shape")
-    check(all(d >= -1 for d in shape), f"shape {shape} has a dim below -1")
-    holes = shape.count(-1)
-    check(holes <= 1, f"shape {shape} has {holes} -1 dims; at most one can be inferred")
-    known = 1
+    x, shape = sig.operands[0], _dims(sig, "shape")
+    check(all(isinstance(d, Sym) or d >= -1 for d in shape), f"shape {_fmt(shape)} has a dim below -1")
+    holes = sum(1 for d in shape if d == -1)
+    check(holes <= 1, f"shape {_fmt(shape)} has {holes} -1 dims; at most one can be inferred")
+    known: Any = 1
     for d in shape:
         known *= d if d != -1 else 1
-    if not x.is_static:
+    if any(d is None for d in x.shape) or (not x.is_static and not holes):
         return [x.with_shape(tuple(None if d == -1 else d for d in shape))]
+    if not x.is_static:  # symbolic: the -1 is what the other dims leave of the element count
+        n: Any = 1
+        for d in x.shape:
+            n *= d
+        if known == 0:
+            return [x.with_shape(tuple(None if d == -1 else d for d in shape))]
+        return [x.with_shape(tuple(floordiv(n, known) if d == -1 else d for d in shape))]
+    if not all(type(d) is int for d in shape):
+        return [x.with_shape(tuple(shape))]
     n = x.numel
     if holes:
         check(known != 0, f"cannot infer the -1 in {shape}: the other dims hold 0 elements")
@@ -74,7 +99,7 @@ def _reshape_infer(sig: Sig) -> list[TensorType]:
 
 
 register(OpDef("reshape", ("x",), infer=_reshape_infer,
-               reference=lambda sig, x: np.reshape(x, _ints(sig, "shape")), attrs={"shape": attr("ints")},
+               reference=lambda sig, x: np.reshape(x, _ints(sig, "shape")), attrs={"shape": attr("dims")},
                traits=PURE, cost=lambda sig: Cost(0, 0, 0),
                doc="Reinterprets row-major data with a static shape; one -1 is inferred, 0 is a real empty "
                    "dim (ONNX's 0 = 'copy this dim' is resolved by the frontend)."))
@@ -99,7 +124,7 @@ def _concat_infer(sig: Sig) -> list[TensorType]:
     first = xs[0]
     check(first.rank >= 1, f"cannot concat rank-0 tensors ({first})")
     axis = norm_axis(sig["axis"], first.rank)
-    dims: list[int | None] = list(first.shape)
+    dims: list[Any] = list(first.shape)
     for i, t in enumerate(xs[1:], 1):
         check(t.dtype == first.dtype, f"operand {i} has element type {t.dtype}, operand 0 has {first.dtype}")
         check(t.rank == first.rank, f"operand {i} has rank {t.rank}, operand 0 has rank {first.rank}")
@@ -108,9 +133,11 @@ def _concat_infer(sig: Sig) -> list[TensorType]:
                 have = dims[k]
                 dims[k] = None if have is None or d is None else have + d
             elif d is not None:
-                check(dims[k] is None or dims[k] == d,
+                have = dims[k]
+                check(have is None or have == d or isinstance(have, Sym) or isinstance(d, Sym),
                       f"operand {i} has shape {_fmt(t.shape)}, unlike {_fmt(dims)} off axis {axis}")
-                dims[k] = d
+                if have is None or isinstance(have, Sym) and type(d) is int:
+                    dims[k] = d
     return [first.with_shape(tuple(dims))]
 
 
@@ -127,7 +154,8 @@ def _split_infer(sig: Sig) -> list[TensorType]:
     check(len(sizes) >= 1, "sizes must not be empty")
     check(all(s >= 0 for s in sizes), f"sizes {sizes} has a negative size")
     d = x.shape[axis]
-    check(d is None or sum(sizes) == d, f"sizes {sizes} sum to {sum(sizes)}, but dim {axis} has size {d}")
+    check(type(d) is not int or sum(sizes) == d,
+          f"sizes {sizes} sum to {sum(sizes)}, but dim {axis} has size {d}")
     return [x.with_shape(tuple(s if k == axis else e for k, e in enumerate(x.shape))) for s in sizes]
 
 
@@ -144,7 +172,8 @@ register(OpDef("split", ("x",), infer=_split_infer, reference=_split_ref, result
 # slice ---------------------------------------------------------------------------------------------------
 def _slice_axes(sig: Sig, rank: int) -> list[tuple[int, int, int, int]]:
     """(axis, start, end, step) per sliced axis, as written (not yet resolved against the dim)."""
-    starts, ends, axes, steps = (_ints(sig, k) for k in ("starts", "ends", "axes", "steps"))
+    starts, ends = _dims(sig, "starts"), _dims(sig, "ends")
+    axes, steps = _ints(sig, "axes"), _ints(sig, "steps")
     n = len(starts)
     check(len(ends) == n, f"starts has {n} entries but ends has {len(ends)}")
     if not axes:
@@ -159,22 +188,22 @@ def _slice_axes(sig: Sig, rank: int) -> list[tuple[int, int, int, int]]:
     return list(zip(axes, starts, ends, steps, strict=True))
 
 
-def _resolve(start: int, end: int, step: int, d: int) -> tuple[int, int, int]:
+def _resolve(start: Any, end: Any, step: int, d: Any) -> tuple[Any, Any, Any]:
     """ONNX Slice: negative start/end count from the end, then clamp; returns (start, end, count).
 
     An end of INT32/INT64 max means "to the end in the step's direction", as onnxruntime and numpy's
     `None` read it; the spec's clamp alone would make a backward slice to INT64 max empty.
     """
-    start = start + d if start < 0 else start
-    if end in _INT_MAX_ENDS:
+    start = start + d if type(start) is int and start < 0 else start
+    if type(end) is int and end in _INT_MAX_ENDS:
         end = d if step > 0 else -1
-    elif end < 0:
+    elif type(end) is int and end < 0:
         end += d
     if step > 0:
-        start, end = min(max(start, 0), d), min(max(end, 0), d)
-        return start, end, max(0, -(-(end - start) // step))
-    start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
-    return start, end, max(0, -(-(start - end) // -step))
+        start, end = smin(smax(start, 0), d), smin(smax(end, 0), d)
+        return start, end, smax(0, -floordiv(-(end - start), step))
+    start, end = smin(smax(start, 0), d - 1), smin(smax(end, -1), d - 1)
+    return start, end, smax(0, -floordiv(-(start - end), -step))
 
 
 def _slice_infer(sig: Sig) -> list[TensorType]:
@@ -195,7 +224,7 @@ def _slice_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
 
 
 register(OpDef("slice", ("x",), infer=_slice_infer, reference=_slice_ref,
-               attrs={"starts": attr("ints"), "ends": attr("ints"), "axes": attr("ints", []),
+               attrs={"starts": attr("dims"), "ends": attr("dims"), "axes": attr("ints", []),
                       "steps": attr("ints", [])},
                traits=PURE, cost=_touched_cost,
                doc="ONNX Slice with static parameters: negative starts/ends add the dim, out-of-range values "
@@ -279,6 +308,9 @@ def _pad_infer(sig: Sig) -> list[TensorType]:
         if d is None:
             dims.append(None)
             continue
+        if isinstance(d, Sym):
+            dims.append(d + b + e)
+            continue
         check(d + b + e >= 0, f"pads {b} and {e} shrink dim {k} of size {d} below 0")
         kept = d + min(b, 0) + min(e, 0)  # negative pads crop first
         grow = max(b, 0, e)
@@ -319,12 +351,12 @@ register(OpDef("pad", ("x",), infer=_pad_infer, reference=_pad_ref,
 
 # expand / tile -------------------------------------------------------------------------------------------
 def _expand_infer(sig: Sig) -> list[TensorType]:
-    x, shape = sig.operands[0], _ints(sig, "shape")
-    check(all(d >= 0 for d in shape), f"shape {shape} has a negative dim")
+    x, shape = sig.operands[0], _dims(sig, "shape")
+    check(all(_ge(d, 0) for d in shape), f"shape {_fmt(shape)} has a negative dim")
     try:
         out = broadcast_shapes(x.shape, tuple(shape))
     except OpError:
-        raise OpError(f"cannot expand shape {_fmt(x.shape)} to {shape}") from None
+        raise OpError(f"cannot expand shape {_fmt(x.shape)} to {_fmt(shape)}") from None
     return [x.with_shape(out)]
 
 
@@ -334,7 +366,7 @@ def _expand_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
 
 
 register(OpDef("expand", ("x",), infer=_expand_infer, reference=_expand_ref,
-               attrs={"shape": attr("ints")}, traits=PURE, cost=_copy_cost,
+               attrs={"shape": attr("dims")}, traits=PURE, cost=_copy_cost,
                doc="ONNX Expand: broadcasts `x` and `shape` both ways (a 1 in `shape` keeps x's dim)."))
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from ...ir.core import Block, Func, Module, Op, Region, Value
 from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
+from ...ir.specialize import is_dynamic
 from ...ir.types import TensorType
 from ...passes.analysis import op_cost, region_ops
 from ...passes.emulate_f16 import emulate_block
@@ -31,6 +32,7 @@ from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .checks import env_flag
 from .device import preamble
+from .dynamic import SPECIALIZE, SPECIALIZES, mark_dynamic
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template, arg_ref
 from .records import EXECUTION_SPACE, Tuning, model_key, signature
@@ -67,13 +69,18 @@ class _State:
 
 
 def is_lowered(module: Module) -> bool:
-    return any(op.name == "cl.program" for f in module.funcs for op in f.block.ops)
+    """Whether `module` is target-level: a func holds a cl.program, or it was lowered with dynamic funcs
+    (which compile per input size when they run)."""
+    return module.attrs.get("target") == "opencl" or any(
+        op.name == "cl.program" for f in module.funcs for op in f.block.ops)
 
 
 def lower_module(module: Module, info: DeviceInfo | None = None,
                  remarks: list[Remark] | None = None, schedule: dict[str, Any] | None = None,
                  tuning: Tuning | None = None, check_bounds: bool | None = None) -> Module:
     """Lower every func of `module` in place; raises one DiagnosticError naming every op without a kernel.
+    A func with dynamic dims is not lowered here: it gets its `specialize` attribute (dynamic.py) and is
+    compiled per input size when it runs (or ahead of time for a size, by `dynamic.embed_hint`).
     `remarks`, when given, receives a `missed` remark (category `fusion`, reason `unfused-region`) for each
     `kernel` region no template takes whole, which then runs as one launch per op, and with `tuning` one
     remark (category `tuning`) per launch saying which record applied or why none did. `schedule`: keys
@@ -88,7 +95,13 @@ def lower_module(module: Module, info: DeviceInfo | None = None,
     if check_bounds is None:
         check_bounds = env_flag("TESSEL_CHECK_BOUNDS")
     failures: list[tuple[Op, str]] = []
-    for func in module.funcs:
+    for func in list(module.funcs):
+        if func.attrs.get(SPECIALIZES):  # a size of a dynamic func, lowered ahead of time
+            continue
+        if is_dynamic(func):  # compiled per input size when it runs (dynamic.py)
+            if SPECIALIZE not in func.attrs:
+                mark_dynamic(module, func, None, schedule, check_bounds)
+            continue
         failures += lower_func(module, func, info, remarks, schedule, tuning, check_bounds)
     if failures:
         op0, why0 = failures[0]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ....ir.symbolic import Sym
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from ..types import onnx_element_type
@@ -74,24 +75,42 @@ def Constant(b: Builder, *, value: np.ndarray | None = None, value_float: float 
 def ConstantOfShape(b: Builder, shape: Tensor, *, value: np.ndarray | None = None) -> Tensor:
     dims = shape.ints("ConstantOfShape's shape")
     fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(-1)[:1].reshape(())
+    if any(isinstance(d, Sym) for d in dims):  # symbolic sizes: the fill broadcast at run time
+        return b.op("expand", [b.const(fill)], {"shape": dims})
     # a zero-stride view: the builder sees a splat and never allocates the whole tensor
     return b.const(np.broadcast_to(fill, dims))
 
 
+def _sizes(dims: Sequence[object]) -> np.ndarray:
+    """Dims as an i64 array, or an object array when some are symbolic."""
+    if any(isinstance(d, Sym) for d in dims):
+        return np.array(list(dims) or [], dtype=object).reshape(-1)
+    return _i64(list(dims)).reshape(-1)
+
+
 @converter("Shape")
 def Shape(b: Builder, x: Tensor, *, start: int = 0, end: int | None = None) -> Tensor:
-    return b.const(_i64(list(x.shape)[start:end]).reshape(-1))
+    dims = list(x.shape)[start:end]
+    if any(d is None for d in dims):  # an anonymous dim: read at run time
+        return b.op("shape", [x], {"start": start, "end": end})
+    return b.const(_sizes(dims), "i64")
 
 
 @converter("Size")
 def Size(b: Builder, x: Tensor) -> Tensor:
-    return b.const(np.array(math.prod(x.shape), np.int64))
+    if any(d is None for d in x.shape):
+        return b.op("reduce_prod", [b.op("shape", [x])], {"axes": [0], "keepdims": False})
+    n = math.prod(x.shape)
+    return b.const(_sizes([n]).reshape(()), "i64")
 
 
 @converter("Range", since=11)
 def Range(b: Builder, start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
     if not (start.is_const and limit.is_const and delta.is_const):
         raise _data_dependent("Range", "start, limit and delta")
+    if any(t.is_symbolic for t in (start, limit, delta)):  # a symbolic length: made at run time
+        s0, l0, d0 = (t.ints()[0] for t in (start, limit, delta))
+        return b.op("range", [], {"start": s0, "limit": l0, "delta": d0, "dtype": start.dtype})
     s, lim, d = (np.asarray(t.const()).reshape(()) for t in (start, limit, delta))
     if d == 0:
         raise ConversionError("Range's delta is 0")

@@ -1,0 +1,247 @@
+"""Specializing a func with dynamic dims to the sizes of one call.
+
+A func whose argument types hold symbolic dims (`tensor<[N]x3x[H]x[W]xf32>`) or anonymous ones (`?`) is a
+family of static funcs, one for each size of its inputs. `bind` reads the symbols' values off the input
+shapes (checking every static dim, every repeated symbol and every derived dim against them), and
+`specialize` makes the static func of that binding: a copy whose attributes have their symbolic dims
+evaluated and whose types are inferred again, op by op, from the static argument types, with each
+result checked against what the dynamic IR said of it. Whatever the dynamic IR assumed (that two dims
+broadcast, that a slice stays in range) is checked here, on ints, by the ops' own `infer` and `verify`.
+
+The interpreter runs a dynamic func through its specialization to the inputs' sizes, and the OpenCL target
+lowers each specialization it meets (targets/opencl/dynamic.py); both keep the ones they made.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .core import Block, Func, Module, Op, Region, Value
+from .diagnostics import Diagnostic, DiagnosticError
+from .errors import OpError
+from .ops.registry import get_op
+from .resources import ResourceTable
+from .symbolic import Sym, evaluate, format_dim
+from .types import TensorType
+
+Binding = dict[str, int]
+Shapes = tuple[tuple[int, ...], ...]
+
+
+def is_dynamic(func: Func) -> bool:
+    """Whether some argument of `func` has a dim that is not a static int."""
+    return any(not a.type.is_static for a in func.args)
+
+
+def bind(func: Func, shapes: Sequence[Sequence[int]], names: Sequence[str] | None = None) -> Binding:
+    """The value of each symbol of `func`'s argument types, read off the input `shapes` (argument order);
+    raises one DiagnosticError naming every input and dim that does not fit."""
+    if names is None:
+        from .interpreter import input_names
+
+        names = input_names(func)
+    binding: Binding = {}
+    where: dict[str, str] = {}
+    problems: list[str] = []
+    for name, v, shape in zip(names, func.args, shapes, strict=True):
+        t: TensorType = v.type
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != t.rank:
+            problems.append(f"input '{name}' has rank {len(shape)} (shape {list(shape)}), expected rank "
+                            f"{t.rank}: {t}")
+            continue
+        for k, (d, s) in enumerate(zip(t.shape, shape, strict=True)):
+            if type(d) is int:
+                if d != s:
+                    problems.append(f"input '{name}' dim {k} is {s}, expected {d} ({t})")
+            elif isinstance(d, Sym) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
+                    and d.terms[0][0][0][0] == "s":
+                sym = d.terms[0][0][0][1]
+                if s < 1:
+                    problems.append(f"input '{name}' dim {k} is {s}, but [{sym}] stands for a size of at "
+                                    "least 1")
+                elif sym in binding and binding[sym] != s:
+                    problems.append(f"input '{name}' dim {k} is {s}, but [{sym}] is {binding[sym]} "
+                                    f"({where[sym]})")
+                else:
+                    binding.setdefault(sym, s)
+                    where.setdefault(sym, f"input '{name}' dim {k}")
+    if not problems:  # dims computed from symbols (a [2 * N]) must agree with what the symbols give
+        for name, v, shape in zip(names, func.args, shapes, strict=True):
+            for k, (d, s) in enumerate(zip(v.type.shape, shape, strict=True)):
+                if isinstance(d, Sym) and d.symbols() <= binding.keys() and d.evaluate(binding) != s:
+                    problems.append(f"input '{name}' dim {k} is {s}, but {format_dim(d)} gives "
+                                    f"{d.evaluate(binding)} here")
+                elif isinstance(d, Sym) and not d.symbols() <= binding.keys():
+                    missing = sorted(d.symbols() - binding.keys())
+                    problems.append(f"input '{name}' dim {k} is {format_dim(d)}, whose symbol "
+                                    f"{', '.join(missing)} no input dim gives")
+    if problems:
+        d0 = Diagnostic("error", f"the inputs do not fit func @{func.name}: {problems[0]}")
+        for p in problems[1:]:
+            d0.note(p)
+        raise DiagnosticError(d0)
+    return binding
+
+
+def evaluate_type(t: TensorType, binding: Mapping[str, int]) -> TensorType:
+    if t.is_static:
+        return t
+    return TensorType(tuple(evaluate(d, binding) if isinstance(d, Sym) else d for d in t.shape), t.dtype)
+
+
+def evaluate_attr(value: Any, binding: Mapping[str, int]) -> Any:
+    """An attribute with its symbolic dims evaluated (nested lists and dicts, and types, included)."""
+    if isinstance(value, Sym):
+        return value.evaluate(binding)
+    if isinstance(value, list):
+        return [evaluate_attr(v, binding) for v in value]
+    if isinstance(value, dict):
+        return {k: evaluate_attr(v, binding) for k, v in value.items()}
+    if isinstance(value, TensorType):
+        return evaluate_type(value, binding)
+    return value
+
+
+def specialize(module: Module, func: Func, shapes: Sequence[Sequence[int]],
+               names: Sequence[str] | None = None) -> tuple[Module, Func]:
+    """The static func of `func` for inputs of `shapes`, in a module of its own whose resource table holds
+    `module`'s weights (shared, not copied). Raises DiagnosticError when the sizes do not fit (an input, or an op whose
+    operands the sizes make incompatible)."""
+    binding = bind(func, shapes, names)
+    arg_types = []
+    for v, shape in zip(func.args, shapes, strict=True):
+        arg_types.append(TensorType(tuple(int(s) for s in shape), v.type.dtype))
+    table = ResourceTable()  # the same weights, in a table of its own: passes may add and drop entries
+    for r in module.resources:
+        table.put(r)
+    out = Module(module.name, [], dict(module.attrs), table)
+    new = Func(func.name, Region([Block(arg_types, [a.name for a in func.args])]), [],
+               [dict(a) for a in func.arg_attrs], [dict(a) for a in func.result_attrs],
+               evaluate_attr(dict(func.attrs), binding), func.pos)
+    new.attrs["specialized"] = _sizes_text(binding, shapes)
+    out.funcs.append(new)
+    mapping: dict[int, Value] = {id(a): b for a, b in zip(func.args, new.args, strict=True)}
+    _Specializer(module, binding).block(func.block, new.block, mapping)
+    ret = new.return_op
+    new.result_types = list(ret.operand_types) if ret is not None else []
+    return out, new
+
+
+def _sizes_text(binding: Mapping[str, int], shapes: Sequence[Sequence[int]]) -> str:
+    if binding:
+        return ", ".join(f"{k} = {v}" for k, v in sorted(binding.items()))
+    return "; ".join("x".join(map(str, s)) for s in shapes)
+
+
+class _Specializer:
+    def __init__(self, module: Module, binding: Binding):
+        self.module, self.binding = module, binding
+
+    def block(self, old: Block, new: Block, mapping: dict[int, Value]) -> None:
+        for op in old.ops:
+            new.append(self.op(op, mapping))
+
+    def op(self, op: Op, mapping: dict[int, Value]) -> Op:
+        operands = [mapping[id(v)] for v in op.operands]
+        attrs = evaluate_attr(op.attrs, self.binding) if any(_symbolic(a) for a in op.attrs.values()) \
+            else dict(op.attrs)
+        regions = []
+        for r in op.regions:
+            region = Region()
+            for b in r.blocks:
+                isolated = len(b.args) == len(operands) and (get_op(op.name) or _NoDef).has("region-body")
+                types = [v.type for v in operands] if isolated else [self.static(a.type, op) for a in b.args]
+                nb = Block(types, [a.name for a in b.args])
+                mapping.update({id(a): x for a, x in zip(b.args, nb.args, strict=True)})
+                self.block(b, nb, mapping)
+                region.add_block(nb)
+            regions.append(region)
+        types = self.result_types(op, operands, attrs, regions)
+        new = Op(op.name, operands, types, attrs, regions, op.loc, [r.name for r in op.results], op.pos)
+        mapping.update({id(r): x for r, x in zip(op.results, new.results, strict=True)})
+        return new
+
+    def result_types(self, op: Op, operands: list[Value], attrs: dict[str, Any],
+                     regions: list[Region]) -> list[TensorType]:
+        if not op.results:
+            return []
+        opdef = get_op(op.name)
+        if opdef is None:
+            raise self.error(op, f"'{op.name}' is not a registered op")
+        if opdef.has("region-body") and regions and regions[0].blocks:
+            term = regions[0].blocks[0].terminator
+            if term is not None and term.name == "yield":
+                return list(term.operand_types)
+        sig = opdef.sig([v.type for v in operands], attrs, [self.static(r.type, op) if not _anonymous(r.type)
+                                                              else r.type for r in op.results],
+                        self.module.resources)
+        try:
+            types = opdef.infer(sig)
+            sig.results = types
+            if opdef.verify is not None:
+                opdef.verify(sig)
+        except OpError as e:
+            raise self.error(op, f"'{op.name}' op {e}") from None
+        for k, (t, old) in enumerate(zip(types, op.result_types, strict=True)):
+            if not t.is_static:
+                raise self.error(op, f"'{op.name}' op result #{k} is {t} even at these sizes")
+            want = evaluate_type(old, self.binding)
+            if want.rank != t.rank or any(type(w) is int and w != s for w, s in zip(want.shape, t.shape,
+                                                                                   strict=True)):
+                raise self.error(op, f"'{op.name}' op result #{k} is {t} at these sizes, but the IR says "
+                                     f"{old} = {want}")
+        return types
+
+    def static(self, t: TensorType, op: Op) -> TensorType:
+        s = evaluate_type(t, self.binding)
+        if not s.is_static:
+            raise self.error(op, f"'{op.name}' op has a region argument {t} whose dims no input gives")
+        return s
+
+    def error(self, op: Op, message: str) -> DiagnosticError:
+        sizes = ", ".join(f"{k} = {v}" for k, v in sorted(self.binding.items()))
+        d = Diagnostic("error", message + (f" (with {sizes})" if sizes else ""), op.pos, op.loc)
+        return DiagnosticError(d)
+
+
+class _NoDef:
+    @staticmethod
+    def has(trait: str) -> bool:
+        return False
+
+
+def _symbolic(value: Any) -> bool:
+    if isinstance(value, Sym):
+        return True
+    if isinstance(value, list):
+        return any(_symbolic(v) for v in value)
+    if isinstance(value, dict):
+        return any(_symbolic(v) for v in value.values())
+    return isinstance(value, TensorType) and not value.is_static
+
+
+def _anonymous(t: TensorType) -> bool:
+    return any(d is None for d in t.shape)
+
+
+# a cache of specializations per func, kept while the func lives ------------------------------------------
+_CACHE: weakref.WeakKeyDictionary[Func, dict[Shapes, tuple[Module, Func]]] = weakref.WeakKeyDictionary()
+CACHE_LIMIT = 16
+"""Specializations kept per func (the oldest is dropped beyond it)."""
+
+
+def specialized(module: Module, func: Func, shapes: Sequence[Sequence[int]],
+                names: Sequence[str] | None = None) -> tuple[Module, Func]:
+    """`specialize`, remembered per func and input shapes."""
+    key: Shapes = tuple(tuple(int(s) for s in shape) for shape in shapes)
+    per = _CACHE.setdefault(func, {})
+    hit = per.get(key)
+    if hit is None:
+        hit = specialize(module, func, key, names)
+        if len(per) >= CACHE_LIMIT:
+            per.pop(next(iter(per)))
+        per[key] = hit
+    return hit

@@ -1,0 +1,151 @@
+"""Funcs with dynamic dims on OpenCL: one compiled module for every size, specialized per size at load.
+
+`tessel-codegen` does not lower a func whose inputs have symbolic or `?` dims: it keeps the func's IR as
+the optimizer left it and gives it a `specialize` attribute (`{pipeline = "...", schedule = {...}}`: how to
+compile one size of it). For each `--shape-hint`, it lowers that size ahead of time into a func of its
+own (`@main.s0`, with `specializes = "main"` and the input `shapes` it serves), tuned by the tuning
+records when given. At run time `DynamicExecutable` looks at the input shapes of each call: a size met
+before runs on its loaded executable; a hinted size loads its embedded func; any other size is compiled
+then (ir/specialize.py binds the sizes and infers every type again; the pipeline runs on the static func,
+which the lowering then turns into kernels) and kept (`LOADED_SIZES` per model, least recently used
+dropped). Program binaries are cached on disk by source hash (cache.py), so a size compiled once builds
+from the cache in any later process: a kernel specialized for one size is never reused for another, as
+its source (which holds the sizes) differs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...ir.core import Func, Module
+from ...ir.specialize import is_dynamic, specialize
+from ...passes.manager import PassManager
+from ...passes.pipeline import level_pipeline, parse_pipeline
+
+SPECIALIZE = "specialize"
+SPECIALIZES = "specializes"
+LOADED_SIZES = 8
+"""Executables a DynamicExecutable keeps loaded, one per input size (the least recently used goes)."""
+
+Shapes = tuple[tuple[int, ...], ...]
+
+
+def shapes_text(shapes: Sequence[Sequence[int]]) -> list[str]:
+    return ["x".join(str(int(d)) for d in s) or "scalar" for s in shapes]
+
+
+def mark_dynamic(module: Module, func: Func, pipeline: str | None = None,
+                 schedule: dict[str, Any] | None = None, check_bounds: bool = False) -> None:
+    """Give dynamic `func` its `specialize` attribute: the pipeline (default -O2's) and lowering options
+    that compile one size of it."""
+    spec: dict[str, Any] = {"pipeline": pipeline or level_pipeline(2)}
+    if schedule:
+        spec["schedule"] = dict(schedule)
+    if check_bounds:
+        spec["check_bounds"] = True
+    func.attrs[SPECIALIZE] = spec
+
+
+def compile_size(module: Module, func: Func, shapes: Sequence[Sequence[int]], info: Any,
+                 tuning: Any = None, remarks: list | None = None) -> tuple[Module, Func]:
+    """`func` specialized to input `shapes`, optimized by its `specialize` pipeline and lowered for `info`:
+    a module of its own (sharing `module`'s weights) holding the lowered func."""
+    from .lower import lower_module
+
+    spec = dict(func.attrs.get(SPECIALIZE) or {})
+    m, f = specialize(module, func, shapes)
+    f.attrs.pop(SPECIALIZE, None)
+    PassManager(parse_pipeline(str(spec.get("pipeline") or level_pipeline(2)))).run(m)
+    lower_module(m, info, remarks, spec.get("schedule") or None, tuning,
+                 check_bounds=bool(spec.get("check_bounds", False)))
+    return m, f
+
+
+def embed_hint(module: Module, func: Func, shapes: Sequence[Sequence[int]], info: Any, tuning: Any = None,
+               remarks: list | None = None) -> Func:
+    """Lower `func` for input `shapes` ahead of time, as a func of `module` (`@<name>.s<k>`)."""
+    m, f = compile_size(module, func, shapes, info, tuning, remarks)
+    k = sum(1 for g in module.funcs if g.attrs.get(SPECIALIZES) == func.name)
+    f.name = f"{func.name}.s{k}"
+    f.attrs.pop("specialized", None)
+    f.attrs[SPECIALIZES] = func.name
+    f.attrs["shapes"] = shapes_text(shapes)
+    for r in m.resources:  # weights the pipeline made (folded, packed) join the module's table
+        if r.name not in module.resources:
+            module.resources.put(r)
+    module.funcs.append(f)
+    return f
+
+
+def embedded(module: Module, func: Func, shapes: Sequence[Sequence[int]]) -> Func | None:
+    """The func lowered ahead of time for `func` at input `shapes`, if `module` holds one."""
+    want = shapes_text(shapes)
+    for g in module.funcs:
+        if g.attrs.get(SPECIALIZES) == func.name and list(g.attrs.get("shapes", [])) == want:
+            return g
+    return None
+
+
+def executable(module: Module, func: Func, device: Any = None, **options: Any) -> Any:
+    """An Executable for a static lowered func, a DynamicExecutable for a dynamic one."""
+    from .runtime import Executable
+
+    if is_dynamic(func):
+        return DynamicExecutable(module, func, device, **options)
+    return Executable(module, func, device, **options)
+
+
+class DynamicExecutable:
+    """Runs a dynamic func: one Executable per input size, compiled (or taken from the module's
+    ahead-of-time funcs) the first time that size is met. Attributes it does not have (`steps`,
+    `running_on`, `build_seconds`, ...) are those of the size that ran last."""
+
+    def __init__(self, module: Module, func: Func, device: Any = None, **options: Any):
+        from . import device as dev
+
+        self.module, self.func = module, func
+        self.device = device if device is not None else dev.pick_device()
+        self.info = dev.device_info(self.device)
+        self.options = options
+        self.loaded: OrderedDict[Shapes, Any] = OrderedDict()
+        self.compiled = 0
+        """Sizes compiled at run time so far (not counting hinted ones)."""
+        self._last: Any = None
+
+    def for_shapes(self, shapes: Sequence[Sequence[int]]) -> Any:
+        """The Executable that runs inputs of `shapes` (made on first use)."""
+        from .runtime import Executable
+
+        key: Shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        exe = self.loaded.get(key)
+        if exe is None:
+            ahead = embedded(self.module, self.func, key)
+            if ahead is not None:
+                exe = Executable(self.module, ahead, self.device, **self.options)
+            else:
+                m, f = compile_size(self.module, self.func, key, self.info)
+                exe = Executable(m, f, self.device, **self.options)
+                self.compiled += 1
+            self.loaded[key] = exe
+            if len(self.loaded) > LOADED_SIZES:
+                self.loaded.popitem(last=False)
+        else:
+            self.loaded.move_to_end(key)
+        self._last = exe
+        return exe
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.for_shapes([np.shape(a) for a in arrays]).run(arrays)
+
+    def measure(self, arrays: Sequence[np.ndarray], repeat: int, warmup: int = 0) -> Any:
+        return self.for_shapes([np.shape(a) for a in arrays]).measure(arrays, repeat, warmup=warmup)
+
+    def __getattr__(self, name: str) -> Any:
+        last = self.__dict__.get("_last")
+        if last is None:
+            raise AttributeError(f"'{name}': no size of this dynamic func has run yet")
+        return getattr(last, name)
