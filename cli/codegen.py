@@ -19,8 +19,11 @@ from .common import (
     load_plugins,
     load_tuning,
     lower_schedule,
+    apply_shape_hints,
+    parse_shape_hints,
     read_input,
     remark_categories,
+    shape_hint_option,
     split_chunks,
     tuning_options,
     version_option,
@@ -37,6 +40,7 @@ Examples:
   tessel-codegen --target=opencl --device=auto --elide-resources model.tsl | less
   tessel-codegen --validate model.opt.tsl -o model.cl.tsl
   tessel-codegen --tuning-records=model.tune.jsonl --remarks=tuning model.opt.tsl -o model.cl.tsl
+  tessel-codegen --shape-hint x=1x3x224x224 dynamic.opt.tsl -o dynamic.cl.tsl
 """
 
 
@@ -136,6 +140,7 @@ def device_for_codegen(spec: str) -> object:
     help="Load a Python file before lowering: a plugin that registers or replaces kernel templates "
     "(the injected-bug plugins of tests/plugins/ that --check-bounds and --poison must catch).",
 )
+@shape_hint_option
 @winograd_option
 @tuning_options
 @weights_options
@@ -152,6 +157,7 @@ def main(
     remarks_missed: bool,
     check_bounds: bool,
     load_plugin: tuple[str, ...],
+    shape_hint: tuple[str, ...],
     no_winograd: bool,
     tuning_records: str | None,
     remarks: str,
@@ -166,12 +172,17 @@ def main(
     evaluated once at load time; reshapes become `buf.view`s; a liveness-based memory plan assigns
     buffers (`buf.alloc`). The one `cl.program` holds every kernel's source, printed as readable C.
     Ops without a kernel are listed together in one error.
+
+    A func with dynamic dims (`tensor<[N]x3x[H]x[W]xf32>`) is kept as it is, marked to be compiled per
+    input size when it runs (each size once; program binaries cached on disk); --shape-hint lowers the
+    sizes you expect ahead of time.
     """
     from ..targets.opencl.lower import is_lowered
     from ..targets.opencl.memory import check_memory
     from .opt import write_modules
 
     categories = remark_categories(remarks, remarks_missed)
+    hints = parse_shape_hints(shape_hint)
     load_plugins(load_plugin)
     data, filename = read_input(input)
     info, tuning = codegen_device(device, tuning_records)
@@ -187,6 +198,7 @@ def main(
             raise fail(f"'{filename}' is already lowered to a target (it holds a cl.program)")
         check = _reference(module) if validate is not None else None
         lower_with_remarks(module, info, no_winograd, tuning, categories, check_bounds)
+        apply_shape_hints(module, hints, info, tuning)
         verify_or_raise(module)
         for func in module.funcs:  # a model too big for the device fails here, not at its first launch
             check_memory(func, limits_of)

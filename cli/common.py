@@ -173,6 +173,50 @@ def load_plugins(paths: Sequence[str]) -> None:
         load_plugin(path)
 
 
+def shape_hint_option(f: Callable) -> Callable:
+    """--shape-hint: sizes of a dynamic func compiled ahead of time (targets/opencl/dynamic.py)."""
+    return click.option("--shape-hint", "shape_hint", multiple=True, metavar="NAME=DxD[,NAME=DxD...]",
+                        help="For a module with dynamic dims: the input shapes you expect, lowered ahead of "
+                        "time (tuned by --tuning-records) into the output beside the dynamic func, so runs "
+                        "at that size load its kernels instead of compiling them. One occurrence gives every "
+                        "input's shape; repeat it for more sizes. Other sizes still run, each compiled the "
+                        "first time it is met.")(f)
+
+
+def parse_shape_hints(values: tuple[str, ...]) -> list[dict[str, list[int]]]:
+    """--shape-hint values: one dict of input name -> shape per occurrence."""
+    hints = []
+    for v in values:
+        hint: dict[str, list[int]] = {}
+        for part in v.split(","):
+            name, _, dims = part.strip().partition("=")
+            if not name or not re.fullmatch(r"\d+(?:x\d+)*|scalar", dims):
+                raise fail(f"--shape-hint '{v}' is not NAME=DxDx...[,NAME=DxDx...] (e.g. x=1x3x224x224)", 2)
+            hint[name] = [] if dims == "scalar" else [int(d) for d in dims.split("x")]
+        hints.append(hint)
+    return hints
+
+
+def apply_shape_hints(module: Any, hints: list[dict[str, list[int]]], info: Any, tuning: Any) -> None:
+    """Lower each hinted size of the module's dynamic funcs ahead of time (`dynamic.embed_hint`)."""
+    if not hints:
+        return
+    from ..ir.interpreter import input_names
+    from ..ir.specialize import is_dynamic
+    from ..targets.opencl.dynamic import embed_hint
+
+    funcs = [f for f in module.funcs if is_dynamic(f)]
+    if not funcs:
+        raise fail("--shape-hint: the module has no func with dynamic dims (its sizes are fixed)", 2)
+    for func in funcs:
+        names = input_names(func)
+        for hint in hints:
+            if set(hint) != set(names):
+                raise fail(f"--shape-hint must give the shape of every input of @{func.name} "
+                           f"({', '.join(names)}); got {', '.join(hint)}", 2)
+            embed_hint(module, func, [hint[n] for n in names], info, tuning)
+
+
 def tuning_options(f: Callable) -> Callable:
     """--tuning-records and --remarks: tessel-tune's records applied by a lowering, and its remarks."""
     f = click.option("--remarks", "remarks", metavar="CATEGORIES", default="",

@@ -9,11 +9,15 @@ from typing import Any
 import click
 
 from .common import (
+    apply_shape_hints,
     debug_option,
     fail,
     handle_errors,
+    lower_schedule,
+    parse_shape_hints,
     read_input,
     remark_categories,
+    shape_hint_option,
     tuning_options,
     version_option,
     weights_options,
@@ -26,6 +30,7 @@ Examples:
   tessel compile -O3 --remarks-missed model.onnx -o model.cl.tsl
   tessel compile --target=none model.onnx | tessel-run --random-inputs
   tessel compile model.onnx | tessel-run --random-inputs --profile
+  tessel compile --shape-hint x=1x3x640x640 detector.onnx -o detector.cl.tsl
   tessel tune model.onnx -o model.tune.jsonl && tessel compile --tuning-records=model.tune.jsonl model.onnx
 """
 
@@ -50,13 +55,15 @@ Examples:
               show_default=True,
               help="Store matmul and gemm weights in this precision (convert-precision: half the bytes for "
                    "bandwidth-bound fully connected layers; results change by about 1e-3 relative).")
+@shape_hint_option
 @winograd_option
 @tuning_options
 @weights_options
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
-         input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str, no_winograd: bool,
+         input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str, shape_hint: tuple[str, ...],
+         no_winograd: bool,
          tuning_records: str | None,
          remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:
     """Compile an ONNX model (or a .tsl module) to OpenCL in one step.
@@ -72,10 +79,20 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
 
     categories = remark_categories(remarks, extra=tuple(c for c in CATEGORIES if c != "fusion"))
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
+    hints = parse_shape_hints(shape_hint)
     module, _ = load_model(input, input_shape)
     optimize(module, opt_level, remarks_missed, weight_precision, categories)
     if target == "opencl":
+        from ..ir.specialize import is_dynamic
+        from ..passes.pipeline import level_pipeline
+        from ..targets.opencl.dynamic import mark_dynamic
+
+        for func in module.funcs:  # each size of a dynamic func runs this -O level when it is compiled
+            if is_dynamic(func):
+                mark_dynamic(module, func, level_pipeline(opt_level, weight_precision),
+                             lower_schedule(no_winograd))
         lower_with_remarks(module, info, no_winograd, tuning, categories)
+        apply_shape_hints(module, hints, info, tuning)
         verify_or_raise(module)
     write_modules([module], output, elide_resources, external_weights)
 

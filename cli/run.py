@@ -155,6 +155,9 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.option("--inputs", metavar="FILE.npz", help="Input arrays keyed by argument name.")
 @click.option("--random-inputs", is_flag=True, help="Use seeded random inputs (floats in [-1, 1)).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-inputs.")
+@click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxD...",
+              help="With --random-inputs, the shape of an input with dynamic dims (a func with dims like "
+              "[N] runs at any size: this picks one).")
 @click.option(
     "--outputs", metavar="FILE.npz", help="Write the results here, keyed by result name (atomically)."
 )
@@ -222,6 +225,7 @@ def main(
     inputs: str | None,
     random_inputs: bool,
     seed: int,
+    input_shape: tuple[str, ...],
     outputs: str | None,
     repeat: int,
     profile: bool,
@@ -267,7 +271,9 @@ def main(
     if inputs:
         arrays = check_inputs(func, load_npz(inputs), f"inputs in '{inputs}'")
     elif random_inputs or not func.args:
-        arrays = check_inputs(func, make_random(func, seed))
+        from .import_ import parse_input_shapes
+
+        arrays = check_inputs(func, make_random(func, seed, shapes=parse_input_shapes(input_shape)))
     else:
         raise DiagnosticError(
             Diagnostic(
@@ -384,7 +390,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     from ..targets.opencl.checks import bounds_checked
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
-    from ..targets.opencl.runtime import Executable
+    from ..targets.opencl.dynamic import executable
 
     dev = _opencl()
     d = _pick(dev, spec)
@@ -394,7 +400,9 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     elif check_bounds and not bounds_checked(func):
         raise fail("--check-bounds: this module is lowered without checks (lower it with "
                    "tessel-codegen --check-bounds)", 2)
-    exe = Executable(module, func, d, profile=profile, execution=execution, poison=poison)
+    exe = executable(module, func, d, profile=profile, execution=execution, poison=poison)
+    if hasattr(exe, "for_shapes"):  # a dynamic func: its executable for these inputs' sizes
+        exe = exe.for_shapes([a.shape for a in arrays])
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
     report.update(execution=exe.running_on, execution_note=exe.adapt_note)

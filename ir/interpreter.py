@@ -10,7 +10,7 @@ frees each value after its last use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -67,21 +67,28 @@ def check_inputs(func: Func, inputs: Mapping[str, np.ndarray], source: str = "in
             else np.asarray(inputs[n]) for n, v in zip(names, func.args, strict=True)]
 
 
-def random_inputs(func: Func, seed: int = 0, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+def random_inputs(func: Func, seed: int = 0, sizes: Mapping[str, int] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """Seeded inputs: floats uniform in [-1, 1) (f8E8M0FNU: powers of two), ints in [0, 4), booleans half
-    true. `sizes` gives the symbolic dims' values (`{"N": 1, "H": 224}`) for a dynamic func."""
+    true. For a dynamic func, `sizes` gives the symbols' values (`{"N": 1, "H": 224}`) and `shapes` some
+    inputs' shapes."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, v in zip(input_names(func), func.args, strict=True):
         t: TensorType = v.type
+        if shapes and name in shapes:
+            given = tuple(int(d) for d in shapes[name])
+            if len(given) != t.rank or any(type(d) is int and d != g for d, g in zip(t.shape, given,
+                                                                                    strict=True)):
+                raise DiagnosticError(Diagnostic("error", f"shape {list(given)} given for input '{name}' "
+                                                          f"does not fit its type {t}"))
+            t = t.with_shape(given)
         if not t.is_static and sizes and not any(d is None for d in t.shape) and t.symbols <= set(sizes):
             from .specialize import evaluate_type
 
             t = evaluate_type(t, sizes)
         if not t.is_static:
-            missing = sorted(t.symbols - set(sizes or {}))
-            how = (f"give the size of {', '.join(missing)} (tessel-run --sizes {missing[0]}=N)" if missing
-                   and not any(d is None for d in t.shape) else "give --inputs")
+            how = f"give its shape (tessel-run --input-shape {name}=DxD...) or --inputs"
             raise DiagnosticError(
                 Diagnostic("error", f"input '{name}' has a dynamic shape {t}: {how}")
             )

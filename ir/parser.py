@@ -38,7 +38,9 @@ _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _LONG_STRING = re.compile(r'"""(.*?)"""', re.S)
 _TENSOR = re.compile(r"tensor<((?:(?:\d+|\?|\[[^\]\n]*\])x)*)([A-Za-z0-9]+)>")
 _DIM = re.compile(r"(\d+|\?|\[[^\]\n]*\])x")
-_SYMBOLIC_ITEM = re.compile(r"\[\s*-?\s*(?:\(|(?!(?:true|false|inf|nan|dense|dense_resource|tensor)\b)[A-Za-z_])")
+_SYMBOLIC_ITEM = re.compile(
+    r"\[\s*(?:-?\s*(?:\(|(?!(?:true|false|inf|nan|dense|dense_resource|tensor)\b)[A-Za-z_])|-?\d+\s*[-+*/%])")
+"""An int attribute's symbolic item `[N * 2]`, `[2 * S]` (not a nested array such as `[2, 3]` or `[x]`)."""
 _SECTION = re.compile(rb"(?m)^\{-#")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 

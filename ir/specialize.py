@@ -59,9 +59,8 @@ def bind(func: Func, shapes: Sequence[Sequence[int]], names: Sequence[str] | Non
             elif isinstance(d, Sym) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
                     and d.terms[0][0][0][0] == "s":
                 sym = d.terms[0][0][0][1]
-                if s < 1:
-                    problems.append(f"input '{name}' dim {k} is {s}, but [{sym}] stands for a size of at "
-                                    "least 1")
+                if s < 0:
+                    problems.append(f"input '{name}' dim {k} is {s}")
                 elif sym in binding and binding[sym] != s:
                     problems.append(f"input '{name}' dim {k} is {s}, but [{sym}] is {binding[sym]} "
                                     f"({where[sym]})")

@@ -8,8 +8,10 @@ kept in one canonical form so that dims equal by construction compare equal:
 
 An expression is a sum of terms `coefficient * atom * atom ...` plus a constant. An atom is a symbol or one
 of the operations the sum cannot absorb: `e / c` (division rounding down, by a positive constant or a
-symbolic divisor that does not divide `e` exactly), `e % c`, `max(a, b)`, `min(a, b)`. Every symbol stands
-for a size of at least 1; comparisons decide what that bound proves and raise `Undecidable` otherwise. An
+symbolic divisor that does not divide `e` exactly), `e % c`, `max(a, b)`, `min(a, b)`. Simplification takes every symbol to
+stand for a size of at least 1 (comparisons decide what that bound proves and raise `Undecidable`
+otherwise); a func specialized to a size of 0 has every op's result type inferred again on ints and
+checked against its expression, so an expression that assumed 1 or more fails there, loudly. An
 expression that reduces to a constant is a plain `int`: `Sym` values never hold a constant alone.
 
 The textual form (types print each symbolic dim in brackets; int attributes hold `[expr]` items):
@@ -315,19 +317,25 @@ def mod(a: DimLike, b: DimLike) -> DimLike:
 
 def smax(a: DimLike, b: DimLike) -> DimLike:
     """max(a, b), decided by bounds where they can, else a `max` atom."""
-    try:
-        return a if a >= b else b  # type: ignore[operator]
-    except Undecidable:
-        x, y = sorted((a, b), key=lambda v: str(v))
-        return Sym.atom(("max", x, y))
+    for x, y in ((a, b), (b, a)):
+        try:
+            if x >= y:  # type: ignore[operator]
+                return x
+        except Undecidable:
+            pass
+    x, y = sorted((a, b), key=lambda v: str(v))
+    return Sym.atom(("max", x, y))
 
 
 def smin(a: DimLike, b: DimLike) -> DimLike:
-    try:
-        return a if a <= b else b  # type: ignore[operator]
-    except Undecidable:
-        x, y = sorted((a, b), key=lambda v: str(v))
-        return Sym.atom(("min", x, y))
+    for x, y in ((a, b), (b, a)):
+        try:
+            if x <= y:  # type: ignore[operator]
+                return x
+        except Undecidable:
+            pass
+    x, y = sorted((a, b), key=lambda v: str(v))
+    return Sym.atom(("min", x, y))
 
 
 def bounds(d: DimLike) -> tuple[float, float]:

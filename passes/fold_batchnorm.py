@@ -53,10 +53,10 @@ def _f64(a: np.ndarray) -> np.ndarray:
 def channel_vector(c: np.ndarray, out: TensorType, axis: int) -> np.ndarray | None:
     """`c` as a float64 vector over `out`'s channel axis when it broadcasts to `out` along that axis
     only (size-1 everywhere else), else None."""
-    if c.ndim > out.rank or not out.is_static:
+    if c.ndim > out.rank or type(out.shape[axis]) is not int:
         return None
     shape = (1,) * (out.rank - c.ndim) + c.shape
-    n = out.dims[axis]
+    n = out.shape[axis]
     if any(d != 1 for i, d in enumerate(shape) if i != axis) or shape[axis] not in (1, n):
         return None
     return np.broadcast_to(_f64(c).reshape(-1), (n,)).copy()
@@ -154,7 +154,7 @@ class Folder:
 
         if p.name == "conv2d":
             w = weights(a.weight * s.reshape(-1, 1, 1, 1))
-            b = self.new_const(consumer, bias, TensorType((out_t.dims[1],), out_t.dtype))
+            b = self.new_const(consumer, bias, TensorType((out_t.shape[1],), out_t.dtype))
             new = rw.create(consumer, "conv2d", [p.operands[0], w, b], [out_t], dict(p.attrs), loc)
         elif p.name == "gemm":
             scaled = a.weight * (s[:, None] if p.attrs.get("trans_b") else s[None, :])
@@ -166,7 +166,7 @@ class Folder:
             w = weights(a.weight * s)
             has_bias = a.bias is not None or bool(np.any(bias != 0))
             if has_bias:
-                b = self.new_const(consumer, bias, TensorType((out_t.dims[-1],), out_t.dtype))
+                b = self.new_const(consumer, bias, TensorType((out_t.shape[-1],), out_t.dtype))
             new = rw.create(consumer, "matmul", [p.operands[0], w], [p.result.type], dict(p.attrs), loc)
             if has_bias:
                 new = rw.create(consumer, "add", [new.result, b], [out_t], {}, loc)
@@ -210,7 +210,10 @@ class Folder:
         if not self.owner.decompose_standalone:
             self.missed(op, a, "'batch_norm' not folded")
             return False
-        shape = (1, x.type.dims[1], *(1 for _ in x.type.dims[2:]))
+        if type(x.type.shape[1]) is not int:
+            self.missed(op, a, "'batch_norm' not decomposed: its channel count is dynamic")
+            return False
+        shape = (1, x.type.shape[1], *(1 for _ in x.type.shape[2:]))
         ct = TensorType(shape, x.type.dtype)
         sv = self.new_const(op, s.reshape(shape), ct)
         tv = self.new_const(op, t.reshape(shape), ct)

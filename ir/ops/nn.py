@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..types import TensorType
-from .registry import Cost, OpDef, Sig, attr, check, io_bytes, numel, register
+from .registry import Cost, OpDef, Sig, at_least, attr, check, io_bytes, numel, register
 
 PURE = frozenset({"pure"})
 REDUCTION = frozenset({"pure", "reduction"})
@@ -56,7 +56,7 @@ def _window_dim(size: Dim, k: Dim, s: int, pb: int, pe: int, d: int, ceil: bool,
     if size is None or k is None:
         return None
     ext, padded = (k - 1) * d + 1, size + pb + pe
-    check(ext <= padded, f"kernel extent {ext} exceeds padded input {padded} in spatial dim {i}")
+    check(at_least(padded, ext), f"kernel extent {ext} exceeds padded input {padded} in spatial dim {i}")
     n = (padded - ext + (s - 1 if ceil else 0)) // s + 1
     if ceil and (n - 1) * s >= size + pb:
         n -= 1
@@ -179,7 +179,7 @@ def _convt_infer(sig: Sig) -> list[TensorType]:
             hw.append(None)
             continue
         n = s[i] * (size - 1) + op[i] + (k - 1) * d[i] + 1 - p[i] - p[i + 2]
-        check(n >= 1, f"output size {n} in spatial dim {i} is not positive (pads {p[i]}, {p[i + 2]})")
+        check(at_least(n, 1), f"output size {n} in spatial dim {i} is not positive (pads {p[i]}, {p[i + 2]})")
         hw.append(n)
     return [TensorType((x.shape[0], o, *hw), x.dtype)]
 

@@ -32,6 +32,15 @@ symbols (a reshape's shape, a slice's end)."""
 from ..errors import OpError  # noqa: E402,F401 - re-exported: ops and passes import it from here
 
 
+def at_least(a: Any, b: Any) -> bool:
+    """a >= b for dims; taken as true where symbolic dims leave it open (the func specialized to sizes
+    infers every type again on ints, and checks it there)."""
+    try:
+        return bool(a >= b)
+    except OpError:
+        return True
+
+
 def check(cond: Any, message: str) -> None:
     if not cond:
         raise OpError(message)

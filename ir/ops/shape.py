@@ -17,7 +17,7 @@ import numpy as np
 
 from ..symbolic import Sym, floordiv, format_dim, smax, smin
 from ..types import TensorType
-from .registry import Cost, OpDef, OpError, Sig, attr, broadcast_shapes, check, norm_axis, register
+from .registry import Cost, OpDef, OpError, Sig, at_least, attr, broadcast_shapes, check, norm_axis, register
 
 PURE = frozenset({"pure"})
 INDEX_TYPES = ("i32", "i64")
@@ -37,14 +37,6 @@ def _dims(sig: Sig, name: str) -> list[Any]:
     value = sig[name]
     check(isinstance(value, list | tuple), f"'{name}' must be a list of ints, got {value!r}")
     return [v if isinstance(v, Sym) else int(v) for v in value]
-
-
-def _ge(a: Any, b: Any) -> bool:
-    """a >= b, taken as true when symbolic dims leave it open (specializing to sizes checks it)."""
-    try:
-        return bool(a >= b)
-    except OpError:
-        return True
 
 
 def _choice(sig: Sig, name: str, allowed: tuple[str, ...]) -> str:
@@ -352,7 +344,7 @@ register(OpDef("pad", ("x",), infer=_pad_infer, reference=_pad_ref,
 # expand / tile -------------------------------------------------------------------------------------------
 def _expand_infer(sig: Sig) -> list[TensorType]:
     x, shape = sig.operands[0], _dims(sig, "shape")
-    check(all(_ge(d, 0) for d in shape), f"shape {_fmt(shape)} has a negative dim")
+    check(all(at_least(d, 0) for d in shape), f"shape {_fmt(shape)} has a negative dim")
     try:
         out = broadcast_shapes(x.shape, tuple(shape))
     except OpError:

@@ -175,8 +175,7 @@ def _lower_op(module: Module, block: Block, op: Op, st: _State) -> None:
         block.append(op)
         return
     if (
-        op.operands
-        and all(id(v) in st.constant for v in op.operands)
+        all(id(v) in st.constant for v in op.operands)  # none at all: a `dims` or `range` of sizes
         and opdef.has("pure")
         and not op.regions
     ):

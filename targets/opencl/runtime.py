@@ -523,8 +523,10 @@ def opencl_executor(module: Module, func: Func) -> Any:
     """The onnx.backend adapter's executor factory: lower (when needed) for the default device and load."""
     from .lower import is_lowered, lower_module
 
+    from .dynamic import executable
+
     device = dev.pick_device()
     if not is_lowered(module):
         lower_module(module, dev.device_info(device))
-    exe = Executable(module, func, device)
+    exe = executable(module, func, device)
     return exe.run

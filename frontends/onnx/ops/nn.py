@@ -378,8 +378,12 @@ def Dropout(b: Builder, data: Tensor, ratio_input: Tensor | None = None,
         if drop != 0:
             raise ConversionError(f"training-mode Dropout (ratio {drop}) is not supported: it is random, and "
                                   "tessel imports inference graphs")
-    mask = np.ones(data.shape, bool if b.opset >= 10 else data.type.np_dtype)
-    return [data, b.const(mask)]
+    one = np.ones((), bool if b.opset >= 10 else data.type.np_dtype)
+    if not data.type.is_static:  # an unused mask of symbolic size: broadcast at run time if used
+        if not b.outputs[1:2] or not b.outputs[1]:
+            return [data]
+        return [data, b.op("expand", [b.const(one)], {"shape": list(data.shape)})]
+    return [data, b.const(np.broadcast_to(one, data.shape))]
 
 
 @converter("DepthToSpace")

@@ -1,0 +1,100 @@
+"""Small ONNX models with dynamic dims, as exporters write them (issue 35's mechanisms, built here).
+
+- `cnn`: batch, height and width named (dim_param N, H, W); a stride-2 conv, a residual add, a global pool
+  and a flatten written as PyTorch exports it (Shape -> Gather -> Unsqueeze -> Concat -> Reshape);
+- `paddle`: paddle2onnx's way: `dim_value: -1` for the batch and unnamed height and width, an Unsqueeze
+  of a constant and a Reshape through `0` (copy the input's dim);
+- `encoder`: a batch and sequence length S: positions from Range(0, Shape(x)[1]) gathered from a table,
+  single-head self-attention (MatMul, Softmax over S) and a layer norm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+
+def _f32(rng: np.random.Generator, *shape: int, scale: float = 0.3) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: dict[str, np.ndarray], name: str) -> bytes:
+    g = h.make_graph(nodes, name, inputs, outputs, [nh.from_array(v, k) for k, v in inits.items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], producer_name="tessel-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+def cnn() -> bytes:
+    rng = np.random.default_rng(0)
+    nodes = [
+        h.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1], name="conv"),
+        h.make_node("Relu", ["c"], ["r"], name="relu"),
+        h.make_node("Conv", ["r", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        h.make_node("Add", ["c2", "r"], ["s"], name="add"),
+        h.make_node("GlobalAveragePool", ["s"], ["g"], name="gap"),
+        h.make_node("Shape", ["g"], ["sh"], name="shape"),
+        h.make_node("Gather", ["sh", "zero"], ["n"], axis=0, name="gather"),
+        h.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="unsqueeze"),
+        h.make_node("Concat", ["n1", "minus1"], ["target"], axis=0, name="concat"),
+        h.make_node("Reshape", ["g", "target"], ["flat"], name="reshape"),
+        h.make_node("Gemm", ["flat", "fw", "fb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = {"w": _f32(rng, 8, 3, 3, 3), "b": _f32(rng, 8, scale=0.1), "w2": _f32(rng, 8, 8, 3, 3, scale=0.2),
+             "b2": _f32(rng, 8, scale=0.1), "zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
+             "minus1": np.array([-1], np.int64), "fw": _f32(rng, 10, 8), "fb": _f32(rng, 10, scale=0.1)}
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
+                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 10])], inits, "cnn")
+
+
+def paddle() -> bytes:
+    rng = np.random.default_rng(1)
+    x = h.make_tensor_value_info("x", T.FLOAT, [-1, 4, None, None])  # -1 and unnamed, as paddle2onnx writes
+    nodes = [
+        h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        h.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+        h.make_node("Reshape", ["s", "target"], ["r"], name="reshape"),  # [0, 0, -1]: N, C, H*W
+        h.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1], name="transpose"),
+        h.make_node("MatMul", ["t", "m"], ["y"], name="matmul"),
+    ]
+    inits = {"w": _f32(rng, 6, 4, 3, 3), "target": np.array([0, 0, -1], np.int64), "m": _f32(rng, 6, 5)}
+    y = h.make_tensor_value_info("y", T.FLOAT, [-1, -1, 5])
+    return _model(nodes, [x], [y], inits, "paddle")
+
+
+def encoder() -> bytes:
+    rng = np.random.default_rng(2)
+    d = 16
+    nodes = [
+        h.make_node("Shape", ["x"], ["sh"], name="shape"),
+        h.make_node("Gather", ["sh", "one"], ["len"], axis=0, name="seq_len"),
+        h.make_node("Range", ["zero", "len", "one"], ["pos"], name="range"),
+        h.make_node("Gather", ["table", "pos"], ["pe"], axis=0, name="positions"),
+        h.make_node("Add", ["x", "pe"], ["xp"], name="add_pos"),
+        h.make_node("MatMul", ["xp", "wq"], ["q"], name="q"),
+        h.make_node("MatMul", ["xp", "wk"], ["k"], name="k"),
+        h.make_node("MatMul", ["xp", "wv"], ["v"], name="v"),
+        h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
+        h.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+        h.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+        h.make_node("Softmax", ["scaled"], ["p"], axis=-1, name="softmax"),
+        h.make_node("MatMul", ["p", "v"], ["a"], name="attend"),
+        h.make_node("Add", ["a", "xp"], ["res"], name="residual"),
+        h.make_node("LayerNormalization", ["res", "gamma", "beta"], ["y"], axis=-1, name="norm"),
+    ]
+    inits = {"one": np.array(1, np.int64), "zero": np.array(0, np.int64), "table": _f32(rng, 64, d),
+             "wq": _f32(rng, d, d), "wk": _f32(rng, d, d), "wv": _f32(rng, d, d),
+             "scale": np.array(d ** -0.5, np.float32), "gamma": 1 + _f32(rng, d, scale=0.1),
+             "beta": _f32(rng, d, scale=0.1)}
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", d])],
+                  [h.make_tensor_value_info("y", T.FLOAT, ["B", "S", d])], inits, "encoder")
+
+
+MODELS = {"cnn": (cnn, [(1, 3, 16, 16), (2, 3, 13, 9)]),
+          "paddle": (paddle, [(1, 4, 8, 8), (3, 4, 5, 7)]),
+          "encoder": (encoder, [(1, 7, 16), (2, 12, 16)])}
+"""Each model and the two input shapes it is checked at."""

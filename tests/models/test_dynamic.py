@@ -1,0 +1,102 @@
+"""Dynamic dims end to end (issue 35): one import, one compile, inputs of two sizes each, on the numpy
+reference and on OpenCL, against onnxruntime; what get_inputs reports; errors for inputs that do not fit.
+The models (tests/models/dynamic.py) are small and built here, as exporters write them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tessel
+from tessel.api import InvalidArgument
+
+from .dynamic import MODELS, cnn
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _opencl() -> bool:
+    from tessel.targets.opencl import device
+
+    return device.opencl_available() is None
+
+
+def _feed(shape: tuple[int, ...], seed: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_one_compile_two_sizes(name: str, target: str) -> None:
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL platform")
+    make, shapes = MODELS[name]
+    data = make()
+    session = ort.InferenceSession(data)
+    model = tessel.compile(data, target=target)
+    for i, shape in enumerate(shapes):
+        feed = _feed(shape, i)
+        (want,) = session.run(None, feed)
+        (got,) = model.run(None, feed)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    if target == "opencl":
+        assert model._exe.compiled == 2  # each size compiled once, at its first run
+        model.run(None, _feed(shapes[0], 5))
+        assert model._exe.compiled == 2
+
+
+def test_import_keeps_dims_symbolic() -> None:
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.printer import to_text
+
+    text = to_text(import_model(MODELS["paddle"][0](), "paddle.onnx"))
+    assert "func @main(%x: tensor<[x_0]x4x[x_2]x[x_3]xf32>)" in text  # -1 and unnamed dims are symbols
+    # the 0s copy the input's (symbolic) dims and the -1 is what they leave
+    assert "reshape %s {shape = [[x_0], 6, [x_2 * x_3]]}" in text
+    text = to_text(import_model(cnn(), "cnn.onnx"))
+    assert "shape = [[N], 8]" in text and "gather" not in text  # the shape chain folded
+
+
+def test_input_shape_still_makes_a_static_module() -> None:
+    model = tessel.compile(cnn(), target="numpy", input_shapes={"x": [1, 3, 16, 16]})
+    assert model.get_inputs()[0].shape == [1, 3, 16, 16]
+    assert "[" not in str(model.func.args[0].type)
+
+
+def test_get_inputs_reports_dynamic_dims() -> None:
+    model = tessel.compile(cnn(), target="numpy")
+    (x,) = model.get_inputs()
+    assert x.shape == ["N", 3, "H", "W"]  # as onnxruntime reports dim_params
+    assert model.get_outputs()[0].shape == ["N", 10]
+
+
+def test_inputs_that_do_not_fit() -> None:
+    model = tessel.compile(cnn(), target="numpy")
+    with pytest.raises(InvalidArgument, match=r"input 'x' has shape \[1, 4, 8, 8\], expected tensor<\[N\]x3"):
+        model.run(None, {"x": np.zeros((1, 4, 8, 8), np.float32)})
+    with pytest.raises(InvalidArgument, match="input 'x' has shape"):
+        model.run(None, {"x": np.zeros((1, 3, 8), np.float32)})
+
+
+def test_shape_hint_lowers_a_size_ahead(tmp_path) -> None:  # noqa: ANN001
+    """tessel compile --shape-hint embeds that size's kernels; tessel-run runs it and another size."""
+    if not _opencl():
+        pytest.skip("no OpenCL platform")
+    src = tmp_path / "cnn.onnx"
+    src.write_bytes(cnn())
+    out = tmp_path / "cnn.cl.tsl"
+    tool = [sys.executable, "-m", "tessel"]
+    subprocess.run([*tool, "compile", str(src), "--shape-hint", "x=1x3x16x16", "-o", str(out)], check=True)
+    text = out.read_text()
+    assert 'func @main.s0(%x: tensor<1x3x16x16xf32>)' in text and 'specializes = "main"' in text
+    for shape in ("1x3x16x16", "2x3x10x12"):
+        r = subprocess.run([*tool, "run", str(out), "--random-inputs", "--input-shape", f"x={shape}",
+                            "--check-against", "numpy"], capture_output=True, text=True, check=True)
+        assert "matches numpy" in r.stdout
+    bad = subprocess.run([*tool, "compile", str(src), "--shape-hint", "y=1x3x16x16"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "every input" in bad.stderr
