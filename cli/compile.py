@@ -81,6 +81,8 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     hints = parse_shape_hints(shape_hint)
     module, _ = load_model(input, input_shape)
+    for note in getattr(module, "notes", ()):
+        click.echo(f"note: {note}", err=True)
     optimize(module, opt_level, remarks_missed, weight_precision, categories)
     if target == "opencl":
         from ..ir.specialize import is_dynamic

@@ -131,6 +131,11 @@ def main(input: str, output: str | None, input_shape: tuple[str, ...], constant_
     ops in one error), folds the shape subgraphs exporters emit, and prints the module. Each op keeps
     loc("onnx:<node name>"); func arguments and results keep the ONNX input and output names.
     Inputs given with --constant-input(s) become constants first, as the onnx.backend adapter bakes them.
+
+    Dynamic dims stay dynamic: a dim_param names a symbol (`tensor<[batch]x3x[height]x[width]xf32>`), an
+    unnamed, -1 or 0 dim gets one (`[x_2]`), and exporters' shape computations fold into symbolic sizes;
+    --input-shape fixes an input's dims instead. An If, Loop or Scan that depends on the inputs becomes an
+    `if`, `loop` or `scan` op (a note says which --constant-input would fold an If away).
     """
     from ..frontends.onnx.importer import import_model
     from .opt import write_modules
@@ -139,4 +144,6 @@ def main(input: str, output: str | None, input_shape: tuple[str, ...], constant_
     constants, origins = read_constants(constant_input, constant_inputs, shapes)
     data, filename = read_input(input)
     module = import_model(data, filename, shapes, constants, origins)
+    for note in module.notes:
+        click.echo(f"{filename}: note: {note}", err=True)
     write_modules([module], output, elide_resources, external_weights)

@@ -279,6 +279,9 @@ class Module:
     funcs: list[Func] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     resources: ResourceTable = field(default_factory=ResourceTable)
+    notes: list[str] = field(default_factory=list)
+    """What a tool should tell its user about the module and is not IR (the importer's hints); never
+    printed."""
 
     def walk(self) -> Iterator[Op]:
         for f in self.funcs:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .core import Block, Func, Module
+from .core import Block, Func, Module, Op
 from .diagnostics import Diagnostic, DiagnosticError
 from .ops.registry import OpError, get_op, op_sig
 from .printer import Namer
@@ -117,8 +117,9 @@ def run_func(module: Module, func: Func, args: list[np.ndarray]) -> list[np.ndar
 def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[np.ndarray]:
     last_use: dict[int, int] = {}
     for i, op in enumerate(block.ops):
-        for v in op.operands:
-            last_use[id(v)] = i
+        for inner in op.walk():  # a region's use of an outer value counts as its op's
+            for v in inner.operands:
+                last_use[id(v)] = i
     for i, op in enumerate(block.ops):
         if op.name in ("return", "yield"):
             return [env[id(v)] for v in op.operands]
@@ -132,6 +133,13 @@ def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[
                 inner = dict(env)
                 inner.update({id(a): x for a, x in zip(body.args, ins, strict=True)})
                 out = run_block(module, body, inner)
+            elif opdef.has("control"):  # if / loop / scan: the reference runs the regions through `run`
+                def run(k: int, args: list[np.ndarray], op: Op = op) -> list[np.ndarray]:
+                    inner = dict(env)
+                    inner.update({id(a): x for a, x in zip(op.regions[k].block.args, args, strict=True)})
+                    return run_block(module, op.regions[k].block, inner)
+
+                out = opdef.reference(op_sig(op, module.resources), *ins, run=run)
             else:
                 with np.errstate(all="ignore"):
                     out = opdef.reference(op_sig(op, module.resources), *ins)

@@ -21,6 +21,7 @@ from typing import Any
 from .core import Block, Func, Module, Op, Region, Value
 from .diagnostics import Diagnostic, DiagnosticError
 from .errors import OpError
+from .ops.control import block_arg_types, result_types
 from .ops.registry import get_op
 from .resources import ResourceTable
 from .symbolic import Sym, evaluate, format_dim
@@ -126,6 +127,7 @@ def specialize(module: Module, func: Func, shapes: Sequence[Sequence[int]],
     _Specializer(module, binding).block(func.block, new.block, mapping)
     ret = new.return_op
     new.result_types = list(ret.operand_types) if ret is not None else []
+    new.result_attrs = [dict(a) for a in func.result_attrs]
     return out, new
 
 
@@ -148,11 +150,14 @@ class _Specializer:
         attrs = evaluate_attr(op.attrs, self.binding) if any(_symbolic(a) for a in op.attrs.values()) \
             else dict(op.attrs)
         regions = []
-        for r in op.regions:
+        opdef = get_op(op.name) or _NoDef
+        control = block_arg_types(op.name, [v.type for v in operands], attrs) if opdef.has("control") else None
+        for k, r in enumerate(op.regions):
             region = Region()
             for b in r.blocks:
-                isolated = len(b.args) == len(operands) and (get_op(op.name) or _NoDef).has("region-body")
-                types = [v.type for v in operands] if isolated else [self.static(a.type, op) for a in b.args]
+                isolated = len(b.args) == len(operands) and opdef.has("region-body")
+                types = ([v.type for v in operands] if isolated else control[k] if control is not None
+                         else [self.static(a.type, op) for a in b.args])
                 nb = Block(types, [a.name for a in b.args])
                 mapping.update({id(a): x for a, x in zip(b.args, nb.args, strict=True)})
                 self.block(b, nb, mapping)
@@ -174,6 +179,12 @@ class _Specializer:
             term = regions[0].blocks[0].terminator
             if term is not None and term.name == "yield":
                 return list(term.operand_types)
+        if opdef.has("control"):  # data-dependent sizes (a loop's trip count) stay `?` here
+            try:
+                return result_types(op.name, [v.type for v in operands], attrs,
+                                    [r.blocks[0].ops[-1].operand_types for r in regions])
+            except OpError as e:
+                raise self.error(op, f"'{op.name}' op {e}") from None
         sig = opdef.sig([v.type for v in operands], attrs, [self.static(r.type, op) if not _anonymous(r.type)
                                                               else r.type for r in op.results],
                         self.module.resources)
@@ -185,9 +196,9 @@ class _Specializer:
         except OpError as e:
             raise self.error(op, f"'{op.name}' op {e}") from None
         for k, (t, old) in enumerate(zip(types, op.result_types, strict=True)):
-            if not t.is_static:
+            if any(isinstance(d, Sym) for d in t.shape):
                 raise self.error(op, f"'{op.name}' op result #{k} is {t} even at these sizes")
-            want = evaluate_type(old, self.binding)
+            want = evaluate_type(old, self.binding)  # (a `?` left is a size only a run tells: a loop's)
             if want.rank != t.rank or any(type(w) is int and w != s for w, s in zip(want.shape, t.shape,
                                                                                    strict=True)):
                 raise self.error(op, f"'{op.name}' op result #{k} is {t} at these sizes, but the IR says "

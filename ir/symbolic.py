@@ -241,7 +241,8 @@ def _eval_atom(a: Atom, binding: Mapping[str, int]) -> int:
 
 def _wrap(x: DimLike) -> str:
     s = str(x)
-    return s if isinstance(x, int) and x >= 0 or _NAME.match(s) else f"({s})"
+    single = isinstance(x, Sym) and len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1
+    return s if isinstance(x, int) and x >= 0 or _NAME.match(s) or (single and s.startswith("(")) else f"({s})"
 
 
 def _atom_str(a: Atom) -> str:

@@ -117,6 +117,11 @@ class Verifier:
         if problem:
             self.diags.append(op_error(op, problem))
             return
+        if opdef.has("control"):
+            problem = self.control(op)
+            if problem:
+                self.diags.append(op_error(op, problem))
+                return
         if opdef.has("region-body"):
             problem = self.region_body(op)
             if problem:
@@ -128,6 +133,32 @@ class Verifier:
                 isolated = opdef.has("region-body")
                 inner = ({id(a) for a in b.args} if isolated else set(defined) | {id(a) for a in b.args})
                 self.block(b, inner)
+
+    def control(self, op: Op) -> str | None:
+        """`if`, `loop`, `scan`: each region one block with the arguments the op gives it, ending in a
+        `yield`, and the results what the yields make (ir/ops/control.py)."""
+        from .ops.control import block_arg_types, result_types
+
+        try:
+            wanted = block_arg_types(op.name, op.operand_types, op.attrs)
+            yields = []
+            for k, (r, args) in enumerate(zip(op.regions, wanted, strict=True)):
+                if len(r.blocks) != 1:
+                    return f"needs one block in region #{k}, got {len(r.blocks)}"
+                b = r.blocks[0]
+                if [a.type for a in b.args] != args:
+                    return (f"region #{k} takes ({', '.join(str(a.type) for a in b.args)}), expected "
+                            f"({', '.join(map(str, args))})")
+                if not b.ops or b.ops[-1].name != "yield":
+                    return f"region #{k} must end with 'yield'"
+                yields.append(b.ops[-1].operand_types)
+            want = result_types(op.name, op.operand_types, op.attrs, yields)
+        except OpError as e:
+            return str(e)
+        if want != op.result_types:
+            return ("has results (" + ", ".join(map(str, op.result_types)) + ") but its regions make ("
+                    + ", ".join(map(str, want)) + ")")
+        return None
 
     def region_body(self, op: Op) -> str | None:
         """A body's arguments match the operands and its `yield` the results, type for type."""

@@ -81,10 +81,12 @@ def channel_shuffle_ops(v: Value) -> list[Op] | None:
     split = tr.operands[0].op
     if split is None or split.name != "reshape" or split.operands[0].type.rank != 4:
         return None
-    n, c, h, w = split.operands[0].type.dims
-    s5 = split.result.type.dims
+    shapes = (split.operands[0].type.shape, split.result.type.shape, v.type.shape)
+    if any(d is None for s in shapes for d in s):  # symbolic dims compare by construction; `?` cannot
+        return None
+    (n, c, h, w), s5 = shapes[0], shapes[1]
     split_ok = len(s5) == 5 and s5[:1] + s5[3:] == (n, h, w) and s5[1] * s5[2] == c
-    return [split, tr, back] if split_ok and v.type.dims == (n, c, h, w) else None
+    return [split, tr, back] if split_ok and v.type.shape == (n, c, h, w) else None
 
 
 def keeps_rows(reshape: Op) -> bool:

@@ -411,9 +411,14 @@ def _inputs_needed(b: Builder, fn: Any, inputs: Sequence[Tensor | None], attrs: 
     except Exception:  # noqa: BLE001 - a probe: the first attempt's error is the one reported
         pass
     culprits = asked or [t for t in watched if t is not None and not t.is_const]
+    return graph_inputs_of(b, culprits)
+
+
+def graph_inputs_of(b: Builder, tensors: Sequence[Tensor]) -> list[str]:
+    """The graph inputs the run-time values of `tensors` are computed from (walking the IR back)."""
     found: dict[int, str] = {}
     seen: set[int] = set()
-    stack = [t.value for t in culprits if t.value is not None]
+    stack = [t.value for t in tensors if t.value is not None]
     while stack:
         v = stack.pop()
         if id(v) in seen:
@@ -421,8 +426,8 @@ def _inputs_needed(b: Builder, fn: Any, inputs: Sequence[Tensor | None], attrs: 
         seen.add(id(v))
         if v.op is not None:
             stack.extend(v.op.operands)
-        elif v.owner is b.block:  # an argument of the func: a graph input, named after it
-            found[v.index] = v.name or f"#{v.index}"
+        elif v.owner is b.module.funcs[0].block if b.module.funcs else v.owner is b.block:
+            found[v.index] = v.name or f"#{v.index}"  # an argument of the func: a graph input
     return [found[i] for i in sorted(found)]
 
 

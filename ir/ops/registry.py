@@ -149,7 +149,7 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 FAMILIES = ("core", "elementwise", "compare", "linalg", "nn", "norm", "resize", "reduce", "shape", "dims",
             "tensor_extra", "misc", "signal", "layout", "winograd", "kernel", "attention", "recurrent",
-            "target", "quant")
+            "target", "quant", "control")
 _loaded = False
 
 

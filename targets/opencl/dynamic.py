@@ -91,9 +91,13 @@ def embedded(module: Module, func: Func, shapes: Sequence[Sequence[int]]) -> Fun
 
 
 def executable(module: Module, func: Func, device: Any = None, **options: Any) -> Any:
-    """An Executable for a static lowered func, a DynamicExecutable for a dynamic one."""
+    """An Executable for a static lowered func, a DynamicExecutable for a dynamic one, a
+    ControlExecutable (control.py) for one holding control flow."""
+    from .control import ControlExecutable, has_control
     from .runtime import Executable
 
+    if has_control(func):
+        return ControlExecutable(module, func, device, **options)
     if is_dynamic(func):
         return DynamicExecutable(module, func, device, **options)
     return Executable(module, func, device, **options)

@@ -32,6 +32,7 @@ from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .checks import env_flag
 from .device import preamble
+from .control import has_control
 from .dynamic import SPECIALIZE, SPECIALIZES, mark_dynamic
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template, arg_ref
@@ -98,7 +99,7 @@ def lower_module(module: Module, info: DeviceInfo | None = None,
     for func in list(module.funcs):
         if func.attrs.get(SPECIALIZES):  # a size of a dynamic func, lowered ahead of time
             continue
-        if is_dynamic(func):  # compiled per input size when it runs (dynamic.py)
+        if is_dynamic(func) or has_control(func):  # compiled per input size when it runs (dynamic.py)
             if SPECIALIZE not in func.attrs:
                 mark_dynamic(module, func, None, schedule, check_bounds)
             continue

@@ -98,3 +98,51 @@ MODELS = {"cnn": (cnn, [(1, 3, 16, 16), (2, 3, 13, 9)]),
           "paddle": (paddle, [(1, 4, 8, 8), (3, 4, 5, 7)]),
           "encoder": (encoder, [(1, 7, 16), (2, 12, 16)])}
 """Each model and the two input shapes it is checked at."""
+
+
+def if_on_input() -> bytes:
+    """A model that switches sub-graphs on an input, as a VAD does on its sample rate: `sr == 16000`
+    picks a scale-and-relu branch, anything else a tanh branch; both read the outer `x` and a weight."""
+    rng = np.random.default_rng(3)
+    then = h.make_graph([h.make_node("MatMul", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["t_out"])],
+                        "then", [], [h.make_tensor_value_info("t_out", T.FLOAT, ["N", 4])])
+    other = h.make_graph([h.make_node("Tanh", ["x"], ["b"]), h.make_node("MatMul", ["b", "w"], ["e_out"])],
+                         "else", [], [h.make_tensor_value_info("e_out", T.FLOAT, ["N", 4])])
+    nodes = [h.make_node("Equal", ["sr", "k16"], ["is16"], name="is_16k"),
+             h.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other, name="switch")]
+    inits = {"k16": np.array(16000, np.int64), "w": _f32(rng, 8, 4)}
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 8]),
+                          h.make_tensor_value_info("sr", T.INT64, [])],
+                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], inits, "switch")
+
+
+def loop_counted() -> bytes:
+    """A Loop whose trip count is an input: the carried state goes through a small recurrence each time,
+    and each iteration's state is a scan output (so that output's length is the trip count)."""
+    rng = np.random.default_rng(4)
+    body = h.make_graph(
+        [h.make_node("MatMul", ["s_in", "w"], ["m"]), h.make_node("Tanh", ["m"], ["s_out"]),
+         h.make_node("Identity", ["c_in"], ["c_out"]), h.make_node("Identity", ["s_out"], ["scan_out"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                 h.make_tensor_value_info("s_in", T.FLOAT, [1, 6])],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("s_out", T.FLOAT, [1, 6]),
+         h.make_tensor_value_info("scan_out", T.FLOAT, [1, 6])])
+    nodes = [h.make_node("Loop", ["steps", "", "s0"], ["s_final", "history"], body=body, name="recur")]
+    inits = {"w": _f32(rng, 6, 6, scale=0.5)}
+    return _model(nodes, [h.make_tensor_value_info("steps", T.INT64, []),
+                          h.make_tensor_value_info("s0", T.FLOAT, [1, 6])],
+                  [h.make_tensor_value_info("s_final", T.FLOAT, [1, 6]),
+                   h.make_tensor_value_info("history", T.FLOAT, [None, 1, 6])], inits, "recur")
+
+
+def scan_sequence() -> bytes:
+    """A Scan over a sequence of symbolic length T: a running sum and a per-step output."""
+    body = h.make_graph(
+        [h.make_node("Add", ["acc_in", "x_t"], ["acc_out"]), h.make_node("Mul", ["acc_out", "x_t"], ["y_t"])],
+        "body", [h.make_tensor_value_info("acc_in", T.FLOAT, [3]), h.make_tensor_value_info("x_t", T.FLOAT, [3])],
+        [h.make_tensor_value_info("acc_out", T.FLOAT, [3]), h.make_tensor_value_info("y_t", T.FLOAT, [3])])
+    nodes = [h.make_node("Scan", ["acc0", "xs"], ["acc", "ys"], body=body, num_scan_inputs=1, name="scan")]
+    return _model(nodes, [h.make_tensor_value_info("acc0", T.FLOAT, [3]),
+                          h.make_tensor_value_info("xs", T.FLOAT, ["T", 3])],
+                  [h.make_tensor_value_info("acc", T.FLOAT, [3]), h.make_tensor_value_info("ys", T.FLOAT, ["T", 3])],
+                  {}, "scan")

@@ -1,14 +1,15 @@
-"""Converters for ONNX's control flow: If, Loop and Scan, resolved at import.
+"""Converters for ONNX's control flow: If, Loop and Scan.
 
-tessel's graphs have no regions for control flow, so these inline their subgraphs (`Subgraph.convert`:
-the body's nodes converted into the current block, seeing the values of the enclosing scopes):
-- If takes the branch its condition picks, which must be a constant (as the shape tests exporters write
-  are, once shapes are static);
-- Loop unrolls its body while the trip count and the condition are constants, carrying the loop state
+Where what decides the control flow is known at import, they resolve it by inlining their subgraphs
+(`Subgraph.convert`: the body's nodes converted into the current block, seeing the enclosing scopes):
+- If takes the branch a constant condition picks (as the shape tests exporters write are);
+- Loop unrolls its body while the trip count and the conditions are constants, carrying the loop state
   and concatenating the scan outputs;
-- Scan unrolls its body over the static scan length, slicing the scan inputs and stacking the scan
-  outputs along their axes and directions.
-Sequence-typed values (SequenceConstruct and friends, optional types) are not supported.
+- Scan unrolls its body over a static scan length.
+Otherwise they become the IR's `if`, `loop` and `scan` ops (ir/ops/control.py), their subgraphs converted
+into the ops' regions: an If on a graph input, a Loop whose trip count or condition is computed from the
+inputs, a Scan over a symbolic length. An If left to run time gets a note naming the graph inputs its
+condition comes from (`--constant-input` would fold it). Sequence-typed values are not supported.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ....ir.core import Block, Op, Region
+from ....ir.ops import control as ops
+from ....ir.ops.registry import OpError
+from ....ir.types import TensorType
 from ..builder import Builder, ConversionError, Tensor
-from ..importer import Subgraph
+from ..importer import Subgraph, graph_inputs_of
 from ..registry import converter
 from .common import _slice
 
@@ -51,26 +56,109 @@ def _stack(b: Builder, xs: Sequence[Tensor], axis: int) -> Tensor:
     return parts[0] if len(parts) == 1 else b.op("concat", parts, {"axis": axis})
 
 
+def _region(b: Builder, sub: Subgraph, args: Sequence[TensorType]) -> tuple[Region, list[TensorType]]:
+    """`sub` converted into the block of a new region whose arguments have types `args` (the subgraph's
+    inputs); returns the region and the types its `yield` gives."""
+    block = Block(list(args), [vi.name for vi in sub.graph.input])
+    saved, materialized = b.block, dict(b._materialized)
+    b.block = block
+    try:
+        outs = sub.convert(b, [Tensor(t, value=a, name=a.name) for t, a in zip(args, block.args, strict=True)])
+        values = [b.value(t) for t in outs]
+        block.append(Op("yield", values))
+    finally:
+        b.block, b._materialized = saved, materialized  # constants made inside stay inside
+    return Region([block]), [v.type for v in values]
+
+
+def _emit(b: Builder, name: str, inputs: Sequence[Tensor], attrs: dict, regions: list[Region],
+          yields: list[list[TensorType]]) -> list[Tensor]:
+    try:
+        types = ops.result_types(name, [t.type for t in inputs], attrs, yields)
+    except OpError as e:
+        raise ConversionError(str(e)) from None
+    op = Op(name, [b.value(t) for t in inputs], types, attrs, regions, loc=b.loc)
+    b.block.append(op)
+    return [Tensor(t, value=r) for t, r in zip(types, op.results, strict=True)]
+
+
 @converter("If")
 def If(b: Builder, cond: Tensor, *, then_branch: Subgraph, else_branch: Subgraph) -> list[Tensor]:
-    """The branch the condition picks, inlined; the condition must be a constant at import."""
-    return (then_branch if _flag(cond, "If's condition") else else_branch).convert(b, [])
+    """The branch a constant condition picks, inlined; else an `if` op that picks at run time."""
+    if cond.is_const and not cond.is_symbolic:
+        return (then_branch if _flag(cond, "If's condition") else else_branch).convert(b, [])
+    if cond.type.is_static and cond.type.numel != 1:
+        raise ConversionError(f"If's condition must hold one value, got {cond.type}")
+    then, t1 = _region(b, then_branch, [])
+    other, t2 = _region(b, else_branch, [])
+    names = graph_inputs_of(b, [cond])
+    if names:
+        flags = " ".join(f"--constant-input {n}=FILE.npy" for n in names)
+        b.module.notes.append(f"If {b.loc[0][5:] if b.loc else ''!r} is decided at run time by graph input"
+                              f"{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}; giving "
+                              f"{'them' if len(names) > 1 else 'it'} at import ({flags}) folds it away")
+    return _emit(b, "if", [cond], {}, [then, other], [t1, t2])
+
+
+def _loop_op(b: Builder, M: Tensor | None, cond: Tensor | None, v_initial: Sequence[Tensor],
+             body: Subgraph) -> list[Tensor]:
+    """A `loop` op: the body converted once into its region, run at run time."""
+    trips = M if M is not None else b.const(np.array(np.iinfo(np.int64).max, np.int64))
+    go = cond if cond is not None else b.const(np.array(True))
+    trips = b.op("reshape", [trips], {"shape": []}) if trips.rank else trips
+    go = b.op("reshape", [go], {"shape": []}) if go.rank else go
+    args = ops.block_arg_types("loop", [trips.type, go.type, *[t.type for t in v_initial]], {})[0]
+    region, yields = _region(b, body, args)
+    n = len(v_initial)
+    if len(yields) < 1 + n:
+        raise ConversionError(f"the body has {len(yields)} outputs, fewer than the condition and {n} "
+                              "loop-carried values")
+    for t, y in zip(v_initial, yields[1:1 + n], strict=True):
+        if t.type != y:
+            raise ConversionError(f"a loop-carried value changes type in the body ({t.type} -> {y}); "
+                                  "tessel's loops keep each carried value's type")
+    if yields[0].numel != 1 if yields[0].is_static else False:
+        raise ConversionError(f"the body's condition must hold one value, got {yields[0]}")
+    if yields[0].rank:  # the body's condition as a scalar, as the op's block argument takes it
+        blk = region.block
+        y = blk.ops[-1]
+        r = Op("reshape", [y.operands[0]], [TensorType((), "i1")], {"shape": []}, loc=b.loc)
+        blk.insert_before(y, r)
+        y.set_operand(0, r.results[0])
+        yields = [r.results[0].type, *yields[1:]]
+    return _emit(b, "loop", [trips, go, *v_initial], {}, [region], [yields])
 
 
 @converter("Loop")
 def Loop(b: Builder, M: Tensor | None = None, cond: Tensor | None = None, *v_initial: Tensor,
          body: Subgraph) -> list[Tensor]:
-    """The body unrolled: body(i, cond, v...) -> (cond, v..., scan outputs...) while i < M and cond. M,
-    the condition and every condition the body returns must be constants at import."""
-    trips = M.ints("Loop's trip count M")[0] if M is not None else None
+    """body(i, cond, v...) -> (cond, v..., scan outputs...) while i < M and cond: unrolled when M, the
+    condition and every condition the body returns are constants at import, else a `loop` op."""
+    if (M is not None and not (M.is_const and not M.is_symbolic)) or (
+            cond is not None and not (cond.is_const and not cond.is_symbolic)) or M is None:
+        return _loop_op(b, M, cond, v_initial, body)
+    trips = M.ints("Loop's trip count M")[0]
     go = _flag(cond, "Loop's condition") if cond is not None else True
+    mark = len(b.block.ops), dict(b._materialized)
+    try:
+        return _unroll(b, trips, go, list(v_initial), body)
+    except ConversionError as e:
+        if "must be a constant" not in str(e):
+            raise
+        for op in reversed(b.block.ops[mark[0]:]):  # the body's condition is computed: undo the unrolling
+            op.drop_operands()
+            b.block.remove(op)
+        b._materialized = mark[1]
+        return _loop_op(b, M, cond, v_initial, body)
+
+
+def _unroll(b: Builder, trips: int | None, go: bool, v_initial: list[Tensor], body: Subgraph) -> list[Tensor]:
+    """Loop's body inlined once per iteration (the trip count and every condition constants)."""
     n_state = len(v_initial)
     n_scan = len(body.graph.output) - 1 - n_state
     if n_scan < 0:
         raise ConversionError(f"the body has {len(body.graph.output)} outputs, fewer than the condition and "
                               f"{n_state} loop-carried values")
-    if trips is None and cond is None:
-        raise ConversionError("a Loop with neither a trip count nor a condition never ends")
     state = list(v_initial)
     scans: list[list[Tensor]] = [[] for _ in range(n_scan)]
     i = 0
@@ -104,6 +192,14 @@ def _scan(b: Builder, body: Subgraph, states: list[Tensor], xs: list[Tensor], in
     if len(lengths) != 1:
         raise ConversionError(f"the scan inputs have different lengths {sorted(lengths)} along their axes")
     steps = lengths.pop()
+    if type(steps) is not int:  # a symbolic length: a `scan` op runs the body as many times as it holds
+        attrs = {"num_scan_inputs": len(xs), "scan_input_axes": list(axes),
+                 "scan_input_directions": [int(r) for r in in_reverse], "scan_output_axes": list(out_axes),
+                 "scan_output_directions": [int(r) for r in out_reverse]}
+        inputs = [*states, *xs]
+        args = ops.block_arg_types("scan", [t.type for t in inputs], attrs)[0]
+        region, yields = _region(b, body, args)
+        return _emit(b, "scan", inputs, attrs, [region], [yields])
     if steps == 0:
         raise ConversionError("a Scan over no element has scan outputs of unknown shape; tessel cannot "
                               "represent them")

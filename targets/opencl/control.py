@@ -1,0 +1,199 @@
+"""Control flow on OpenCL: a func holding `if`, `loop` or `scan` runs as a host plan.
+
+The plan cuts the func's block at its control ops. Each run of ops between them (a segment) becomes a func
+of its own, whose arguments are the values it reads from before it and whose results are the values read
+after it; it is compiled per input size like any dynamic func (dynamic.DynamicExecutable: specialized,
+optimized, lowered, its programs cached), so the sizes a loop produces are known when the code after it
+is compiled. A control op is run by the host: `if` reads its condition back and runs the plan of the
+region it picks; `loop` reads its trip count and condition, and runs its body's plan once per iteration
+(the body compiled once per size, its kernels launched each iteration); `scan` runs its body's plan on each
+slice. Regions' plans are made the same way, recursively, and kept.
+
+Values cross between the parts through the host (fine-grained SVM on PoCL makes that a copy, not a
+transfer); loop-carried values do not yet stay on the device between iterations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...ir.core import Block, Func, Module, Op, Region, Value
+from ...ir.ops.registry import get_op, op_sig
+from ...ir.resources import ResourceTable
+from .dynamic import SPECIALIZE, DynamicExecutable
+
+
+def has_control(func: Func) -> bool:
+    """Whether `func`'s body holds an `if`, `loop` or `scan` (which the host plan runs)."""
+    return any((get_op(op.name) or _NoDef).has("control") for op in func.block.ops)
+
+
+class _NoDef:
+    @staticmethod
+    def has(trait: str) -> bool:
+        return False
+
+
+def _clone(op: Op, mapping: dict[int, Value]) -> Op:
+    regions = []
+    for r in op.regions:
+        region = Region()
+        for b in r.blocks:
+            nb = Block([a.type for a in b.args], [a.name for a in b.args])
+            mapping.update({id(a): x for a, x in zip(b.args, nb.args, strict=True)})
+            for inner in b.ops:
+                nb.append(_clone(inner, mapping))
+            region.add_block(nb)
+        regions.append(region)
+    new = Op(op.name, [mapping[id(v)] for v in op.operands], op.result_types, dict(op.attrs), regions, op.loc,
+             [r.name for r in op.results], op.pos)
+    mapping.update({id(r): x for r, x in zip(op.results, new.results, strict=True)})
+    return new
+
+
+def _defined_in(ops: Sequence[Op]) -> set[int]:
+    out: set[int] = set()
+    for op in ops:
+        for inner in op.walk():
+            out.update(id(r) for r in inner.results)
+            for r in inner.regions:
+                for b in r.blocks:
+                    out.update(id(a) for a in b.args)
+    return out
+
+
+def _reads(ops: Sequence[Op]) -> list[Value]:
+    """The values `ops` (and their regions) read that they do not define, in first-use order."""
+    inside = _defined_in(ops)
+    seen: dict[int, Value] = {}
+    for op in ops:
+        for inner in op.walk():
+            for v in inner.operands:
+                if id(v) not in inside:
+                    seen.setdefault(id(v), v)
+    return list(seen.values())
+
+
+class _Segment:
+    """Ops between control ops, compiled as a func of their own per input size."""
+
+    def __init__(self, module: Module, ops: list[Op], later: set[int], index: int, pipeline: Any,
+                 device: Any, options: dict[str, Any]):
+        self.inputs = _reads(ops)
+        defined = _defined_in(ops)
+        outs: dict[int, Value] = {}
+        for op in ops:
+            for r in op.results:
+                if id(r) in later and id(r) in defined:
+                    outs.setdefault(id(r), r)
+        self.outputs = list(outs.values())
+        table = ResourceTable()
+        for r in module.resources:
+            table.put(r)
+        func = Func.new(f"part{index}", [v.type for v in self.inputs], [v.name or f"a{i}" for i, v in
+                                                                      enumerate(self.inputs)], [])
+        mapping: dict[int, Value] = {id(v): a for v, a in zip(self.inputs, func.args, strict=True)}
+        for op in ops:
+            func.block.append(_clone(op, mapping))
+        results = [mapping[id(v)] for v in self.outputs]
+        func.block.append(Op("return", results))
+        func.result_types = [v.type for v in results]
+        func.result_attrs = [{} for _ in results]
+        if pipeline is not None:
+            func.attrs[SPECIALIZE] = pipeline
+        self.module = Module(module.name, [func], dict(module.attrs), table)
+        self.runner = DynamicExecutable(self.module, func, device, **options)
+
+    def run(self, env: dict[int, np.ndarray]) -> None:
+        outs = self.runner.run([env[id(v)] for v in self.inputs])
+        env.update({id(v): np.asarray(o) for v, o in zip(self.outputs, outs, strict=True)})
+
+
+class Plan:
+    """A block run from the host: its segments compiled per size, its control ops run here."""
+
+    def __init__(self, module: Module, block: Block, pipeline: Any, device: Any, options: dict[str, Any]):
+        self.module, self.block, self.pipeline = module, block, pipeline
+        self.device, self.options = device, options
+        self.steps: list[Any] = []
+        self.sub: dict[int, Plan] = {}  # region id -> its plan
+        ops = [op for op in block.ops if op.name not in ("return", "yield")]
+        group: list[Op] = []
+        k = 0
+        for i, op in enumerate(ops + [None]):  # type: ignore[list-item]
+            if op is None or (get_op(op.name) or _NoDef).has("control"):
+                if group:
+                    later = {id(v) for v in _reads(ops[i:] + [block.ops[-1]])}
+                    self.steps.append(_Segment(module, group, later, k, pipeline, device, options))
+                    k += 1
+                    group = []
+                if op is not None:
+                    self.steps.append(op)
+            else:
+                group.append(op)
+        self.terminator = block.ops[-1]
+
+    def plan_of(self, region: Region) -> Plan:
+        p = self.sub.get(id(region))
+        if p is None:
+            p = self.sub[id(region)] = Plan(self.module, region.block, self.pipeline, self.device, self.options)
+        return p
+
+    def run(self, env: dict[int, np.ndarray]) -> list[np.ndarray]:
+        for step in self.steps:
+            if isinstance(step, _Segment):
+                step.run(env)
+            else:
+                outs = self.control(step, env)
+                env.update({id(r): np.asarray(o) for r, o in zip(step.results, outs, strict=True)})
+        return [env[id(v)] for v in self.terminator.operands]
+
+    def region(self, op: Op, k: int, env: dict[int, np.ndarray], args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        region = op.regions[k]
+        inner = dict(env)
+        inner.update({id(a): np.asarray(x) for a, x in zip(region.block.args, args, strict=True)})
+        return self.plan_of(region).run(inner)
+
+    def control(self, op: Op, env: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """Run `if`, `loop` or `scan` `op` by its registry reference, whose regions run as plans."""
+        opdef = get_op(op.name)
+        assert opdef is not None
+        ins = [env[id(v)] for v in op.operands]
+        return list(opdef.reference(op_sig(op, self.module.resources), *ins,
+                                    run=lambda k, args: self.region(op, k, env, args)))
+
+
+class ControlExecutable:
+    """Runs a func holding control flow as a host Plan (see the module docstring)."""
+
+    def __init__(self, module: Module, func: Func, device: Any = None, **options: Any):
+        from . import device as dev
+
+        self.module, self.func = module, func
+        self.device = device if device is not None else dev.pick_device()
+        self.plan = Plan(module, func.block, func.attrs.get(SPECIALIZE), self.device, options)
+        self.running_on, self.adapt_note = "host plan", "control flow: the host runs each region's kernels"
+        self.build_seconds = 0.0
+        self.peak_bytes = self.weight_bytes = 0
+        self.steps: list[Any] = []
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        env = {id(a): np.asarray(x) for a, x in zip(self.func.args, arrays, strict=True)}
+        return self.plan.run(env)
+
+    def measure(self, arrays: Sequence[np.ndarray], repeat: int, warmup: int = 0) -> Any:
+        from .runtime import RunStats
+
+        stats = RunStats()
+        results: list[np.ndarray] = []
+        for _ in range(warmup):
+            self.run(arrays)
+        for _ in range(max(repeat, 1)):
+            t0 = time.perf_counter()
+            results = self.run(arrays)
+            stats.seconds.append(time.perf_counter() - t0)
+        return results, stats
