@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..ir.attributes import DenseAttr
 from ..ir.core import Module, Op, Value
 from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.ops.registry import load_all
 from ..ir.types import TensorType
-from .common import const_attr, reshape_groups, splat_value
+from .common import const_array, const_attr, reshape_groups, splat_value
 from .manager import Pass, PassContext
 from .rewrite import NotConverged, Pattern, Rewriter, apply_patterns_greedily
 
@@ -111,6 +113,26 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
             rw.changed(op)
             return True
         return False
+
+    def fold_constant_if(op: Op, rw: Rewriter) -> bool:
+        # if(const c, {A; yield a}, {B; yield b}) -> A; a (or B; b): the branch a constant picks, inlined
+        c = const_array(op.operands[0], module)
+        if c is None:
+            return False
+        block = op.regions[0 if bool(np.asarray(c).reshape(-1)[0]) else 1].block
+        term = block.ops[-1]
+        if [v.type for v in term.operands] != op.result_types:  # the branch yields other dims than the if
+            return False
+        anchor = op.parent
+        assert anchor is not None
+        for inner in list(block.ops[:-1]):
+            block.remove(inner)
+            anchor.insert_before(op, inner)
+            rw.push(inner)
+        values = list(term.operands)
+        term.drop_operands()
+        rw.replace_op(op, values)
+        return True
 
     def forward_operand(op: Op, rw: Rewriter) -> bool:
         # identity(x) -> x
@@ -290,6 +312,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         "div": [neutral(1.0, False)],
         "pow": [neutral(1.0, False), square],
         "identity": [forward_operand],
+        "if": [fold_constant_if],
         "transpose": [compose_transposes],
         "reshape": [compose_reshapes, reshape_before_transpose],
         "gather": [gather_before_transpose, gathers_to_split],
@@ -311,7 +334,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
 @dataclass
 class Canonicalize(Pass):
     """Simplify ops to canonical form: neutral elements, pow(x, 2) as x * x, transpose/reshape composition,
-    no-op removal, unary elementwise ops before reshapes."""
+    no-op removal, unary elementwise ops before reshapes, an `if` on a constant as the branch it picks."""
 
     NAME = "canonicalize"
     STATISTICS = {"num-rewrites": "Number of rewrites applied (patterns and dead ops erased)"}

@@ -13,7 +13,7 @@ import pytest
 import tessel
 from tessel.api import InvalidArgument
 
-from .dynamic import MODELS, cnn
+from .dynamic import MODELS, cnn, if_on_input, loop_counted, scan_sequence
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -100,3 +100,54 @@ def test_shape_hint_lowers_a_size_ahead(tmp_path) -> None:  # noqa: ANN001
     bad = subprocess.run([*tool, "compile", str(src), "--shape-hint", "y=1x3x16x16"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "every input" in bad.stderr
+
+
+def _control_feeds(name: str) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    f32 = np.float32
+    return {
+        "if": [{"x": rng.standard_normal((2, 8)).astype(f32), "sr": np.array(16000)},
+               {"x": rng.standard_normal((3, 8)).astype(f32), "sr": np.array(8000)}],
+        "loop": [{"steps": np.array(3), "s0": rng.standard_normal((1, 6)).astype(f32)},
+                 {"steps": np.array(7), "s0": rng.standard_normal((1, 6)).astype(f32)}],
+        "scan": [{"acc0": np.zeros(3, f32), "xs": rng.standard_normal((4, 3)).astype(f32)},
+                 {"acc0": np.ones(3, f32), "xs": rng.standard_normal((9, 3)).astype(f32)}],
+    }[name]
+
+
+CONTROL = {"if": if_on_input, "loop": loop_counted, "scan": scan_sequence}
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+@pytest.mark.parametrize("name", sorted(CONTROL))
+def test_control_flow(name: str, target: str) -> None:
+    """An If on an input (both branches taken), a Loop whose trip count is an input (its scan output as long
+    as the count), a Scan over a symbolic length: one compile, two calls, as onnxruntime computes."""
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL platform")
+    data = CONTROL[name]()
+    session = ort.InferenceSession(data)
+    model = tessel.compile(data, target=target)
+    op = {"if": "if", "loop": "loop", "scan": "scan"}[name]
+    assert any(o.name == op for o in model.modules["imported"].funcs[0].block.ops)
+    for feed in _control_feeds(name):
+        want = session.run(None, feed)
+        got = model.run(None, feed)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_if_note_names_the_constant_input(tmp_path) -> None:  # noqa: ANN001
+    """tessel-import says which --constant-input would fold an If decided by an input; given it, the If
+    folds away at import."""
+    src = tmp_path / "switch.onnx"
+    src.write_bytes(if_on_input())
+    tool = [sys.executable, "-m", "tessel", "import"]
+    r = subprocess.run([*tool, str(src), "--elide-resources"], capture_output=True, text=True, check=True)
+    assert "note: If 'switch' is decided at run time by graph input 'sr'" in r.stderr
+    assert "--constant-input sr=FILE.npy" in r.stderr and " = if " in r.stdout
+    np.save(tmp_path / "sr.npy", np.array(16000))
+    r = subprocess.run([*tool, str(src), "--constant-input", f"sr={tmp_path / 'sr.npy'}", "--elide-resources"],
+                       capture_output=True, text=True, check=True)
+    assert " = if " not in r.stdout and "relu" in r.stdout and not r.stderr
