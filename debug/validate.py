@@ -151,11 +151,40 @@ def select_func(module: Module) -> Func:
     return func
 
 
+SIZE_CASES = ((16, 0), (19, 2))
+"""The sizes a dynamic func is validated at: every symbol at the first value, then each symbol at its own
+(the second value plus a step for each symbol in name order), so that distinct symbols differ; an
+anonymous `?` dim gets the first value."""
+
+
+def size_cases(func: Func) -> list[tuple[dict[str, int], dict[str, list[int]]]]:
+    """For a func with dynamic dims: (symbol values, input shapes) for each of SIZE_CASES; [] if static."""
+    from ..ir.interpreter import input_names
+    from ..ir.specialize import evaluate_type, is_dynamic
+    from ..ir.symbolic import symbols_of
+
+    if not is_dynamic(func):
+        return []
+    names = sorted(symbols_of(d for a in func.args for d in a.type.shape))
+    cases = []
+    for base, step in SIZE_CASES:
+        sizes = {n: base + step * k for k, n in enumerate(names)}
+        shapes = {}
+        for name, a in zip(input_names(func), func.args, strict=True):
+            t = evaluate_type(a.type, sizes)
+            shapes[name] = [base if d is None else int(d) for d in t.shape]
+        cases.append((sizes, shapes))
+    return cases
+
+
 def make_inputs(func: Func, given: Mapping[str, np.ndarray] | None, seed: int,
                 source: str = "inputs") -> list[np.ndarray]:
     """The func's inputs in argument order: `given` (checked against the signature), else seeded random
-    ones (floats in [-1, 1), small ints)."""
-    return check_inputs(func, given if given is not None else random_inputs(func, seed), source)
+    ones (floats in [-1, 1), small ints); a dynamic func's at the first of its `size_cases`."""
+    if given is None:
+        cases = size_cases(func)
+        given = random_inputs(func, seed, shapes=cases[0][1]) if cases else random_inputs(func, seed)
+    return check_inputs(func, given, source)
 
 
 def run_reference(module: Module, func: Func, arrays: list[np.ndarray], what: str) -> list[np.ndarray]:
@@ -192,6 +221,14 @@ def first_changed_op(before: Module, after: Module, func_name: str, arrays: list
     fb, fa = before.func(func_name), after.func(func_name)
     if fb is None or fa is None:
         return None
+    from ..ir.specialize import is_dynamic, specialize
+
+    if is_dynamic(fa) or is_dynamic(fb):  # compare the funcs specialized to these inputs' sizes, op for op
+        shapes = [np.shape(a) for a in arrays]
+        (mb, sb), (ma, sa) = specialize(before, fb, shapes), specialize(after, fa, shapes)
+        mb.funcs[0].name = ma.funcs[0].name = func_name
+        found = first_changed_op(mb, ma, func_name, arrays, tol)
+        return None if found is None else fa.block.ops[sa.block.ops.index(found)]
     gb, ga = _values_by_location(before, fb, arrays), _values_by_location(after, fa, arrays)
     seen: dict[_Key, int] = {}
     for op in fa.block.ops:
@@ -259,6 +296,12 @@ class Validator:
         self.arrays = make_inputs(func, given, seed, source)
         self.names = output_names(func)
         self.reference = run_reference(module, func, self.arrays, f"the input (func @{func.name})")
+        self.more: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
+        """A dynamic func's other sizes (size_cases): (inputs, reference results), checked after the first."""
+        for _, shapes in size_cases(func)[1:] if given is None else []:
+            arrays = check_inputs(func, random_inputs(func, seed + 1, shapes=shapes), source)
+            with contextlib.suppress(DiagnosticError):  # a size the input cannot run is not a check
+                self.more.append((arrays, run_func(module, func, arrays)))
         self.replay_flags = replay_flags
         self.only_at: int | None = None
         self.calls = 0
@@ -275,15 +318,18 @@ class Validator:
         func = module.func(self.func_name)
         if func is None:
             return self._failed(module, f"func @{self.func_name} is gone")
-        try:
-            results = run_func(module, func, self.arrays)
-        except DiagnosticError as e:
-            why = e.diagnostics[0].message
-            return self._failed(module, f"the numpy reference cannot run the result: {why}")
-        bad = compare(self.names, results, self.reference, self.tol, "the input module")
-        if not bad:
-            return None
-        return Miscompile(self.tol, bad, module, self.func_name, self.replay_flags)
+        for arrays, reference in [(self.arrays, self.reference), *self.more]:
+            try:
+                results = run_func(module, func, arrays)
+            except DiagnosticError as e:
+                why = e.diagnostics[0].message
+                return self._failed(module, f"the numpy reference cannot run the result: {why}")
+            bad = compare(self.names, results, reference, self.tol, "the input module")
+            if bad:
+                if arrays is not self.arrays:  # localizing (first_changed_op) reruns these inputs
+                    self.arrays, self.reference = arrays, reference
+                return Miscompile(self.tol, bad, module, self.func_name, self.replay_flags)
+        return None
 
     def _failed(self, module: Module, problem: str) -> Miscompile:
         return Miscompile(self.tol, [], module, self.func_name, self.replay_flags, problem)

@@ -106,10 +106,10 @@ def random_inputs(func: Func, seed: int = 0, sizes: Mapping[str, int] | None = N
 def run_func(module: Module, func: Func, args: list[np.ndarray]) -> list[np.ndarray]:
     """Execute `func` on arrays given in argument order; returns its results. A func with dynamic dims
     runs as its specialization to the arguments' shapes (ir/specialize.py)."""
-    if any(not v.type.is_static for v in func.args):
-        from .specialize import specialized
+    if any(not v.type.is_static for v in func.args):  # (never cached: passes change funcs in place)
+        from .specialize import specialize
 
-        module, func = specialized(module, func, [np.shape(a) for a in args])
+        module, func = specialize(module, func, [np.shape(a) for a in args])
     env: dict[int, np.ndarray] = {id(v): a for v, a in zip(func.args, args, strict=True)}
     return run_block(module, func.block, env)
 

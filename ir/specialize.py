@@ -8,13 +8,13 @@ evaluated and whose types are inferred again, op by op, from the static argument
 result checked against what the dynamic IR said of it. Whatever the dynamic IR assumed (that two dims
 broadcast, that a slice stays in range) is checked here, on ints, by the ops' own `infer` and `verify`.
 
-The interpreter runs a dynamic func through its specialization to the inputs' sizes, and the OpenCL target
-lowers each specialization it meets (targets/opencl/dynamic.py); both keep the ones they made.
+The interpreter runs a dynamic func through its specialization to the inputs' sizes (made anew each call:
+passes change funcs in place, so a kept one could be stale), and the OpenCL target lowers each
+specialization it meets (targets/opencl/dynamic.py), keeping the executables it loads.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -235,23 +235,3 @@ def _symbolic(value: Any) -> bool:
 
 def _anonymous(t: TensorType) -> bool:
     return any(d is None for d in t.shape)
-
-
-# a cache of specializations per func, kept while the func lives ------------------------------------------
-_CACHE: weakref.WeakKeyDictionary[Func, dict[Shapes, tuple[Module, Func]]] = weakref.WeakKeyDictionary()
-CACHE_LIMIT = 16
-"""Specializations kept per func (the oldest is dropped beyond it)."""
-
-
-def specialized(module: Module, func: Func, shapes: Sequence[Sequence[int]],
-                names: Sequence[str] | None = None) -> tuple[Module, Func]:
-    """`specialize`, remembered per func and input shapes."""
-    key: Shapes = tuple(tuple(int(s) for s in shape) for shape in shapes)
-    per = _CACHE.setdefault(func, {})
-    hit = per.get(key)
-    if hit is None:
-        hit = specialize(module, func, key, names)
-        if len(per) >= CACHE_LIMIT:
-            per.pop(next(iter(per)))
-        per[key] = hit
-    return hit

@@ -216,3 +216,28 @@ def test_codegen_validate_catches_a_lowering_that_changes_numbers(tmp_path: Path
     assert "elements beyond rtol 0.001, atol 1e-05)" in bad.stderr
     assert "note: output 'y' is computed by 'cl.launch' at loc(\"onnx:Add_4\")" in bad.stderr
     assert not out.exists()
+
+
+def test_validate_each_checks_a_dynamic_module_at_two_sizes(tmp_path: Path) -> None:
+    """A func with symbolic dims is validated at each of size_cases' sizes; a miscompile is found and
+    located in the dynamic IR (the first changed op by its location)."""
+    from tessel.debug.validate import Validator, size_cases
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.printer import print_module
+
+    from ..models.dynamic import cnn
+
+    module = import_model(cnn(), "cnn.onnx")
+    cases = size_cases(module.funcs[0])
+    assert [c[1]["x"] for c in cases] == [[16, 3, 16, 16], [21, 3, 19, 23]]  # H, N, W: 19, 21, 23
+    v = Validator(module, Tolerance(1e-3, 1e-4))
+    assert len(v.more) == 1 and v.arrays[0].shape == (16, 3, 16, 16)
+    tsl = tmp_path / "cnn.tsl"
+    with open(tsl, "w") as f:
+        print_module(module, f)
+    assert _opt("-O2", "--validate-each", str(tsl), "-o", str(tmp_path / "o.tsl")).exit_code == 0
+    found = _opt("--pass-pipeline", "test-miscompile{scale=1.0}", "--validate-each", str(tsl), "-o",
+                 str(tmp_path / "b.tsl"))
+    assert found.exit_code == 1, found.output
+    assert "'test-miscompile{scale=1.0}' changed the results" in found.stderr
+    assert "the first value that changed is computed by 'conv2d' at loc(\"onnx:conv\")" in found.stderr
