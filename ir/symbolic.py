@@ -288,7 +288,7 @@ def floordiv(a: DimLike, b: DimLike) -> DimLike:
 
 def _divide_exactly(a: DimLike, b: Sym) -> DimLike | None:
     if len(b.terms) != 1:
-        return a if a == b else None
+        return _divide_polynomial(a, b)
     bm, bc = b.terms[0]
     if isinstance(a, int):
         return None
@@ -305,6 +305,30 @@ def _divide_exactly(a: DimLike, b: Sym) -> DimLike | None:
     return Sym.make(out)
 
 
+def _divide_polynomial(a: DimLike, b: Sym) -> DimLike | None:
+    """q with q * b == a, by long division on the terms (each step removes the remainder's first term
+    with a multiple of b's first term); None when b does not divide a. Verified by multiplying back."""
+    if a == b:
+        return 1
+    if not isinstance(a, Sym):
+        return None
+    (bm, bc), q, r = b.terms[0], 0, a
+    for _ in range(2 * len(a.terms) + 2):
+        if not isinstance(r, Sym):
+            break
+        rm, rc = r.terms[0]
+        rest = list(rm)
+        for x in bm:
+            if x not in rest:
+                return None
+            rest.remove(x)
+        if rc % bc:
+            return None
+        t = Sym.make({tuple(rest): rc // bc})
+        q, r = q + t, r - t * b
+    return q if r == 0 and q * b == a else None
+
+
 def mod(a: DimLike, b: DimLike) -> DimLike:
     if not isinstance(a, Sym) and not isinstance(b, Sym):
         return int(a) % int(b)
@@ -314,6 +338,21 @@ def mod(a: DimLike, b: DimLike) -> DimLike:
     if not (isinstance(q, Sym) and any(x[0] == "div" for m, _ in q.terms for x in m)):
         return a - q * b  # exact division: 0; else what the exact part leaves
     return Sym.atom(("mod", a, b))
+
+
+def scale_dim(n: DimLike | None, scale: float) -> DimLike | None:
+    """floor(n * scale), as ONNX sizes a Resize by scales: for a symbolic `n`, through the fraction the
+    float `scale` is exactly (2.0 -> n * 2, 0.5 -> n / 2, 1.5 -> 3 * n / 2)."""
+    if n is None:
+        return None
+    if not isinstance(n, Sym):
+        return int(scale * n)
+    from fractions import Fraction
+
+    f = Fraction(scale).limit_denominator(1 << 16)
+    if float(f) != scale or f <= 0:
+        raise Undecidable(f"cannot size [{n}] * {scale} for every size (the scale is no simple fraction)")
+    return floordiv(n * f.numerator, f.denominator)
 
 
 def smax(a: DimLike, b: DimLike) -> DimLike:

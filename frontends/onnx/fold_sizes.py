@@ -4,8 +4,9 @@ With static inputs, an exporter's shape subgraph (Shape -> Gather -> Unsqueeze -
 to constants at import like any constant subgraph. With symbolic dims, `Shape` gives an i64 array whose
 items are symbolic dims (`[N, 3, H, W]` as a numpy object array), and this module folds the ops such arrays
 flow through, item by item: data movement (reshape, gather, slice, concat, ...), integer arithmetic
-(`+ - *`, division rounding down, products), casts between integer types, and comparisons that the
-symbols' bounds decide. What it cannot fold (a float cast, a comparison that depends on the sizes) is
+(`+ - *`, division rounding down, products), casts to integer and float types (sizes are whole numbers
+in either), and comparisons that the
+symbols' bounds decide. What it cannot fold (a size times 0.5, a comparison that depends on the sizes) is
 left to run time: the builder emits the op on a `dims` tensor of the symbolic values.
 """
 
@@ -19,10 +20,10 @@ import numpy as np
 from ...ir.errors import OpError
 from ...ir.ops.registry import OpDef, Sig
 from ...ir.symbolic import Sym, floordiv, smax, smin
-from ...ir.types import INT_TYPES
+from ...ir.types import FLOAT_TYPES, INT_TYPES
 
 MOVES = frozenset({"reshape", "transpose", "concat", "slice", "gather", "expand", "tile", "identity", "split",
-                   "add", "sub", "mul", "neg", "reduce_prod", "reduce_sum", "where"})
+                   "where"})
 """Ops whose numpy reference computes the right thing on object arrays of ints and symbolic dims."""
 
 
@@ -66,7 +67,21 @@ def _compare(op: Callable[[Any, Any], bool]) -> Callable[..., np.ndarray]:
     return lambda sig, a, b: uf(a, b).astype(bool)
 
 
+def _reduce(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+    def run(sig: Sig, x: np.ndarray) -> np.ndarray:
+        axes = tuple(int(a) % max(x.ndim, 1) for a in sig.attrs.get("axes") or range(x.ndim))
+        return np.asarray(fn(x, axis=axes, keepdims=bool(sig.attrs.get("keepdims", True))), dtype=object)
+
+    return run
+
+
 SPECIAL: dict[str, Callable[..., np.ndarray]] = {
+    "add": _elementwise(lambda a, b: a + b),
+    "sub": _elementwise(lambda a, b: a - b),
+    "mul": _elementwise(lambda a, b: a * b),
+    "neg": lambda sig, a: np.frompyfunc(lambda v: -v, 1, 1)(a),
+    "reduce_prod": _reduce(np.prod),
+    "reduce_sum": _reduce(np.sum),
     "div": _elementwise(lambda a, b: floordiv(a, b) if (a >= 0) and (b > 0) else _raise()),
     "max": lambda sig, *xs: _reduce_pairs(smax, xs),
     "min": lambda sig, *xs: _reduce_pairs(smin, xs),
@@ -95,9 +110,9 @@ def fold(opdef: OpDef, sig: Sig, arrays: Sequence[np.ndarray]) -> list[np.ndarra
     name = opdef.name
     objs = [a.astype(object) if a.dtype != object else a for a in arrays]
     try:
-        if name == "cast":
-            if sig["to"] not in INT_TYPES:
-                raise NotFoldable("a cast of symbolic sizes to a non-integer type")
+        if name == "cast":  # sizes are whole numbers: any integer or float type holds them as they are
+            if sig["to"] not in INT_TYPES and sig["to"] not in FLOAT_TYPES:
+                raise NotFoldable("a cast of symbolic sizes to a non-numeric type")
             out: Any = objs[0].copy()
         elif name in SPECIAL:
             out = SPECIAL[name](sig, *objs)

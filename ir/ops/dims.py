@@ -15,6 +15,8 @@ from ..types import TensorType
 from .registry import Cost, OpDef, Sig, attr, check, register
 
 PURE = frozenset({"pure"})
+SIZE_TYPES = ("i64", "i32", "f32", "f64", "f16")
+"""The element types sizes are given in (a size cast to float, as anchor grids compute with, is whole)."""
 
 
 def _shape_infer(sig: Sig) -> list[TensorType]:
@@ -43,7 +45,7 @@ def _dims_infer(sig: Sig) -> list[TensorType]:
     for d in shape:
         n *= d
     check(n == len(values), f"shape {shape} holds {n} elements, 'values' has {len(values)}")
-    check(sig["dtype"] in ("i64", "i32"), f"'dtype' must be i64 or i32, got {sig['dtype']}")
+    check(sig["dtype"] in SIZE_TYPES, f"'dtype' must be one of {', '.join(SIZE_TYPES)}, got {sig['dtype']}")
     return [TensorType(tuple(shape), sig["dtype"])]
 
 
@@ -71,18 +73,19 @@ def _range_len(start: object, limit: object, delta: int) -> object:
 
 
 def _range_infer(sig: Sig) -> list[TensorType]:
-    check(sig["dtype"] in ("i64", "i32"), f"'dtype' must be i64 or i32, got {sig['dtype']}")
+    check(sig["dtype"] in SIZE_TYPES, f"'dtype' must be one of {', '.join(SIZE_TYPES)}, got {sig['dtype']}")
     return [TensorType((_range_len(sig["start"], sig["limit"], sig["delta"]),), sig["dtype"])]
 
 
 def _range_ref(sig: Sig) -> np.ndarray:
-    return np.arange(int(sig["start"]), int(sig["limit"]), int(sig["delta"]),
-                     dtype=TensorType((), sig["dtype"]).np_dtype)
+    dtype = TensorType((), sig["dtype"]).np_dtype
+    return (int(sig["start"]) + np.arange(_range_len(sig["start"], sig["limit"], sig["delta"]),
+                                          dtype=np.int64) * int(sig["delta"])).astype(dtype)
 
 
 register(OpDef("range", (), infer=_range_infer, reference=_range_ref,
                attrs={"start": attr("dim"), "limit": attr("dim"), "delta": attr("int", 1),
                       "dtype": attr("str", "i64")},
                traits=PURE, cost=lambda sig: Cost(0, 0, sig.results[0].nbytes),
-               doc="ONNX Range on integers whose start or limit is a size: start, start + delta, ... "
+               doc="ONNX Range with whole-number start, limit and delta (in any size type), start or limit a size: start, start + delta, ... "
                    "before limit. A constant once the func is specialized."))

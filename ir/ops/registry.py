@@ -177,9 +177,9 @@ def get_op(name: str) -> OpDef | None:
 # helpers shared by the op families -------------------------------------------------------------------
 def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
     """Numpy/ONNX multidirectional broadcasting; raises OpError when the shapes don't broadcast. A symbolic
-    dim against a static one (other than 1) takes the static size, and the same symbolic dim on every side
-    stays; different symbolic dims give an anonymous `?` (either may be 1). Specializing to sizes checks
-    what this assumes."""
+    dim against a static one (other than 1) takes the static size; symbolic dims against each other give the
+    simplest of them (the model has them equal); a `?` against a symbolic dim gives `?`. Specializing to
+    sizes checks what this assumes."""
     rank = max((len(s) for s in shapes), default=0)
     out: list[Any] = []
     for i in range(rank):
@@ -192,8 +192,11 @@ def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
             )
         if known:
             out.append(known.pop())
-        elif len(syms) == 1 and all(d is not None for d in dims):
-            out.append(syms.pop())
+        elif syms and all(d is not None for d in dims):
+            # distinct symbolic dims (an FPN's upsampled [2 * ((H + 31) / 32)] against [(H + 15) / 16]):
+            # the model has them equal; the simplest names the result, and a func specialized to sizes
+            # where they differ (or where one is 1) fails there, loudly
+            out.append(min(syms, key=lambda d: (len(str(d)), str(d))))
         elif syms or any(d is None for d in dims):
             out.append(None)
         else:

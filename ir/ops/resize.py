@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..symbolic import Sym
 from ..types import TensorType
 from .nn import PURE, _float
-from .registry import Cost, OpDef, Sig, attr, check, io_bytes, register
+from .registry import Cost, OpDef, Sig, at_least, attr, check, io_bytes, register
 
 
 # resize -------------------------------------------------------------------------------------------------
 def _resize_infer(sig: Sig) -> list[TensorType]:
     x = sig.operands[0]
-    sizes, scales = [int(v) for v in sig["sizes"]], [float(v) for v in sig["scales"]]
+    sizes = [v if isinstance(v, Sym) else int(v) for v in sig["sizes"]]
+    scales = [float(v) for v in sig["scales"]]
     check(len(sizes) == x.rank, f"'sizes' must have {x.rank} values (the input rank), got {len(sizes)}")
-    check(all(v >= 1 for v in sizes), f"'sizes' values must be positive, got {sizes}")
+    check(all(at_least(v, 1) for v in sizes), f"'sizes' values must be positive, got {sizes}")
     check(len(scales) in (0, x.rank), f"'scales' must be empty or have {x.rank} values, got {len(scales)}")
     f32_max = float(np.finfo(np.float32).max)  # a larger scale is inf in f32 (found by tests/fuzz)
     check(all(0 < v <= f32_max for v in scales), f"'scales' values must be positive and finite, got {scales}")
@@ -29,7 +31,7 @@ def _resize_verify(sig: Sig) -> None:
     """Given scales, ONNX sizes the output floor(in * scale); an importer that passes both must agree."""
     x, sizes, scales = sig.operands[0], sig["sizes"], sig["scales"]
     for i, (n, out, sc) in enumerate(zip(x.shape, sizes, scales, strict=False)):
-        if n is not None:
+        if type(n) is int and type(out) is int:
             want = {int(np.float32(n) * np.float32(sc)), int(n * sc)}
             check(out in want, f"'sizes' value {out} in dim {i} is not floor({n} * scale {sc}) = {min(want)}")
 
@@ -93,7 +95,7 @@ def _resize_cost(sig: Sig) -> Cost:
 
 register(OpDef(
     "resize", ("x",), infer=_resize_infer, verify=_resize_verify, reference=_resize_ref,
-    attrs={"sizes": attr("ints"), "scales": attr("floats", []),
+    attrs={"sizes": attr("dims"), "scales": attr("floats", []),
            "mode": attr("str", "nearest", allowed=("nearest", "linear")),
            "coordinate_transformation_mode": attr("str", "half_pixel", allowed=(
                "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")),

@@ -108,6 +108,13 @@ def Mod(b: Builder, a: Tensor, c: Tensor, *, fmod: int = 0) -> Tensor:
 def Clip(b: Builder, x: Tensor, lo: Tensor | None = None, hi: Tensor | None = None, *,
          min: float | None = None, max: float | None = None) -> Tensor:
     if b.opset >= 11:
+        runtime = [t for t in (lo, hi) if t is not None and not t.is_const]
+        if runtime:  # a bound computed at run time (a spectrogram's max - 80 dB): max and min ops
+            if lo is not None:
+                x = b.op("max", [x, lo] if not lo.is_const else [x, b.const(lo.const(), x.dtype)])
+            if hi is not None:
+                x = b.op("min", [x, hi] if not hi.is_const else [x, b.const(hi.const(), x.dtype)])
+            return x
         min = float(lo.const("Clip's min")) if lo is not None else None
         max = float(hi.const("Clip's max")) if hi is not None else None
     return b.op("clip", [x], {"min": -math.inf if min is None else float(min),

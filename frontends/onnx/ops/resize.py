@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ....ir.symbolic import scale_dim
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .common import (
@@ -141,9 +142,11 @@ def _resize(b: Builder, x: Tensor, scales: list[float], sizes: list[int], scales
     if antialias and mode == "nearest":
         raise ConversionError("Resize: antialias=1 is defined for linear and cubic modes, not nearest")
     shrinks = any(s < 1 for s in scales)
-    exact = all(out == int(n * s) for n, out, s in zip(x.shape, sizes, scales, strict=True))
+    exact = not scales_given or all(out == scale_dim(n, s) for n, out, s in zip(x.shape, sizes, scales,
+                                                                                strict=True))
     # ONNX sizes align_corners and pytorch_half_pixel by the unrounded in * scale; the op by the output
-    fractional = scales_given and any(out != n * s for n, out, s in zip(x.shape, sizes, scales, strict=True))
+    fractional = scales_given and any(_fractional(n, out, s) for n, out, s in zip(x.shape, sizes, scales,
+                                                                                 strict=True))
     if (mode != "cubic" and ctm in OP_CTMS and not (antialias and shrinks) and (exact or not scales_given)
             and (mode == "nearest" or x.type.is_float)
             and not (fractional and ctm in ("align_corners", "pytorch_half_pixel"))):
@@ -193,13 +196,17 @@ def Resize(b: Builder, x: Tensor, roi: Tensor | None = None, scales: Tensor | No
     full_scales, full_sizes = [1.0] * rank, list(x.shape)
     if scale_v:
         for a, s in zip(ax, scale_v, strict=True):
-            full_scales[a], full_sizes[a] = s, int(s * x.shape[a])
+            full_scales[a], full_sizes[a] = s, scale_dim(x.shape[a], s)
     else:
         for a, n in zip(ax, size_v, strict=True):
-            full_scales[a], full_sizes[a] = n / x.shape[a], n
+            d = x.shape[a]  # a symbolic size gives no float scale: the sizes alone decide (stretch)
+            full_scales[a], full_sizes[a] = (n / d if type(n) is int and type(d) is int else math.nan), n
         if keep_aspect_ratio_policy not in ("stretch", "not_larger", "not_smaller"):
             raise ConversionError(f"Resize: keep_aspect_ratio_policy '{keep_aspect_ratio_policy}' is not one "
                                   "of stretch, not_larger, not_smaller")
+        if keep_aspect_ratio_policy != "stretch" and any(math.isnan(full_scales[a]) for a in ax):
+            raise ConversionError(f"Resize: keep_aspect_ratio_policy '{keep_aspect_ratio_policy}' needs static "
+                                  "sizes")
         if keep_aspect_ratio_policy != "stretch":
             pick = min if keep_aspect_ratio_policy == "not_larger" else max
             common = pick(full_scales[a] for a in ax)
@@ -221,6 +228,15 @@ def Resize(b: Builder, x: Tensor, roi: Tensor | None = None, scales: Tensor | No
                    extrapolation_value=extrapolation_value, antialias=bool(antialias), roi=box)
 
 
+def _fractional(n: object, out: object, s: float) -> bool:
+    """Whether in * scale is not a whole number (for a symbolic `in`: for some sizes)."""
+    if type(n) is int:
+        return out != n * s
+    from fractions import Fraction
+
+    return Fraction(s).limit_denominator(1 << 16).denominator != 1
+
+
 def _upsample(b: Builder, x: Tensor, scales: list[float], mode: str,
               shrink_rounds_up: bool = False) -> Tensor:
     """Upsample and Resize-10: output floor(in * scale), asymmetric coordinates, nearest rounds down;
@@ -232,10 +248,10 @@ def _upsample(b: Builder, x: Tensor, scales: list[float], mode: str,
         raise ConversionError(f"mode '{mode}' is not nearest or linear")
     if mode == "nearest" and shrink_rounds_up and any(s < 1 for s in scales):
         down = [s if s < 1 else 1.0 for s in scales]
-        x = _resize(b, x, down, [int(n * s) for n, s in zip(x.shape, down, strict=True)], True, mode=mode,
+        x = _resize(b, x, down, [scale_dim(n, s) for n, s in zip(x.shape, down, strict=True)], True, mode=mode,
                     ctm="asymmetric", nearest_mode="ceil")
         scales = [1.0 if s < 1 else s for s in scales]
-    sizes = [int(n * s) for n, s in zip(x.shape, scales, strict=True)]
+    sizes = [scale_dim(n, s) for n, s in zip(x.shape, scales, strict=True)]
     return _resize(b, x, scales, sizes, True, mode=mode, ctm="asymmetric", nearest_mode="floor")
 
 

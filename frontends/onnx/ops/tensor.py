@@ -158,8 +158,8 @@ def Squeeze(b: Builder, data: Tensor, axes_input: Tensor | None = None, *,
     if not given:
         return b.reshape(data, [d for d in data.shape if d != 1])
     drop = _norm_axes(given, data.rank)
-    for a in drop:
-        if data.shape[a] != 1:
+    for a in drop:  # a symbolic dim is taken as 1 here; the func specialized to sizes checks it
+        if data.shape[a] != 1 and not isinstance(data.shape[a], Sym):
             raise ConversionError(f"cannot squeeze axis {a} of size {data.shape[a]} "
                                   f"(shape {list(data.shape)})")
     return b.reshape(data, [d for i, d in enumerate(data.shape) if i not in drop])
