@@ -15,24 +15,24 @@ from ..types import TensorType
 from .registry import Cost, OpDef, Sig, attr, check, register
 
 PURE = frozenset({"pure"})
+TO_THE_END = 2**31 - 1
+"""`shape`'s default `end`: past the last dim."""
 SIZE_TYPES = ("i64", "i32", "f32", "f64", "f16")
 """The element types sizes are given in (a size cast to float, as anchor grids compute with, is whole)."""
 
 
 def _shape_infer(sig: Sig) -> list[TensorType]:
     x = sig.operands[0]
-    start, end = int(sig["start"]), sig["end"]
-    dims = list(x.shape)[start:None if end is None else int(end)]
+    dims = list(x.shape)[int(sig["start"]):int(sig["end"])]
     return [TensorType((len(dims),), "i64")]
 
 
 def _shape_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
-    end = sig["end"]
-    return np.array(x.shape[int(sig["start"]):None if end is None else int(end)], np.int64)
+    return np.array(x.shape[int(sig["start"]):int(sig["end"])], np.int64)
 
 
 register(OpDef("shape", ("x",), infer=_shape_infer, reference=_shape_ref,
-               attrs={"start": attr("int", 0), "end": attr("any", None)}, traits=PURE,
+               attrs={"start": attr("int", 0), "end": attr("int", TO_THE_END)}, traits=PURE,
                cost=lambda sig: Cost(0, 0, sig.results[0].nbytes),
                doc="ONNX Shape: the dims of `x` (from `start` to `end`, Python-style) as an i64 tensor. "
                    "Only its operand's type is read, never its data."))
