@@ -11,6 +11,7 @@ from ..ir.core import Module
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
 from .common import (
+    apply_shape_hints,
     check_bounds_option,
     debug_option,
     determinism_option,
@@ -19,7 +20,6 @@ from .common import (
     load_plugins,
     load_tuning,
     lower_schedule,
-    apply_shape_hints,
     parse_shape_hints,
     read_input,
     remark_categories,

@@ -62,7 +62,8 @@ Examples:
 @debug_option
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
-         input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str, shape_hint: tuple[str, ...],
+         input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str,
+         shape_hint: tuple[str, ...],
          no_winograd: bool,
          tuning_records: str | None,
          remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:

@@ -388,9 +388,9 @@ def _device_command(list_devices: bool, spec: str) -> None:
 def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule,  # noqa: ANN001, ANN202
                 poison, check_bounds):
     from ..targets.opencl.checks import bounds_checked
+    from ..targets.opencl.dynamic import executable
     from ..targets.opencl.lower import lower_module
     from ..targets.opencl.profile import kernel_rows, load_peaks
-    from ..targets.opencl.dynamic import executable
 
     dev = _opencl()
     d = _pick(dev, spec)

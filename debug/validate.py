@@ -225,7 +225,7 @@ def first_changed_op(before: Module, after: Module, func_name: str, arrays: list
 
     if is_dynamic(fa) or is_dynamic(fb):  # compare the funcs specialized to these inputs' sizes, op for op
         shapes = [np.shape(a) for a in arrays]
-        (mb, sb), (ma, sa) = specialize(before, fb, shapes), specialize(after, fa, shapes)
+        (mb, _), (ma, sa) = specialize(before, fb, shapes), specialize(after, fa, shapes)
         mb.funcs[0].name = ma.funcs[0].name = func_name
         found = first_changed_op(mb, ma, func_name, arrays, tol)
         return None if found is None else fa.block.ops[sa.block.ops.index(found)]

@@ -117,8 +117,8 @@ def run_func(module: Module, func: Func, args: list[np.ndarray]) -> list[np.ndar
 def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[np.ndarray]:
     last_use: dict[int, int] = {}
     for i, op in enumerate(block.ops):
-        for inner in op.walk():  # a region's use of an outer value counts as its op's
-            for v in inner.operands:
+        for nested in op.walk():  # a region's use of an outer value counts as its op's
+            for v in nested.operands:
                 last_use[id(v)] = i
     for i, op in enumerate(block.ops):
         if op.name in ("return", "yield"):
@@ -135,9 +135,9 @@ def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[
                 out = run_block(module, body, inner)
             elif opdef.has("control"):  # if / loop / scan: the reference runs the regions through `run`
                 def run(k: int, args: list[np.ndarray], op: Op = op) -> list[np.ndarray]:
-                    inner = dict(env)
-                    inner.update({id(a): x for a, x in zip(op.regions[k].block.args, args, strict=True)})
-                    return run_block(module, op.regions[k].block, inner)
+                    scope = dict(env)
+                    scope.update({id(a): x for a, x in zip(op.regions[k].block.args, args, strict=True)})
+                    return run_block(module, op.regions[k].block, scope)
 
                 out = opdef.reference(op_sig(op, module.resources), *ins, run=run)
             else:

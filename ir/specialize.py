@@ -108,8 +108,8 @@ def evaluate_attr(value: Any, binding: Mapping[str, int]) -> Any:
 def specialize(module: Module, func: Func, shapes: Sequence[Sequence[int]],
                names: Sequence[str] | None = None) -> tuple[Module, Func]:
     """The static func of `func` for inputs of `shapes`, in a module of its own whose resource table holds
-    `module`'s weights (shared, not copied). Raises DiagnosticError when the sizes do not fit (an input, or an op whose
-    operands the sizes make incompatible)."""
+    `module`'s weights (shared, not copied). Raises DiagnosticError when the sizes do not fit (an input, or
+    an op whose operands the sizes make incompatible)."""
     binding = bind(func, shapes, names)
     arg_types = []
     for v, shape in zip(func.args, shapes, strict=True):
@@ -151,7 +151,8 @@ class _Specializer:
             else dict(op.attrs)
         regions = []
         opdef = get_op(op.name) or _NoDef
-        control = block_arg_types(op.name, [v.type for v in operands], attrs) if opdef.has("control") else None
+        control = (block_arg_types(op.name, [v.type for v in operands], attrs) if opdef.has("control")
+                   else None)
         for k, r in enumerate(op.regions):
             region = Region()
             for b in r.blocks:

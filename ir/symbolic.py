@@ -8,11 +8,11 @@ kept in one canonical form so that dims equal by construction compare equal:
 
 An expression is a sum of terms `coefficient * atom * atom ...` plus a constant. An atom is a symbol or one
 of the operations the sum cannot absorb: `e / c` (division rounding down, by a positive constant or a
-symbolic divisor that does not divide `e` exactly), `e % c`, `max(a, b)`, `min(a, b)`. Simplification takes every symbol to
-stand for a size of at least 1 (comparisons decide what that bound proves and raise `Undecidable`
-otherwise); a func specialized to a size of 0 has every op's result type inferred again on ints and
-checked against its expression, so an expression that assumed 1 or more fails there, loudly. An
-expression that reduces to a constant is a plain `int`: `Sym` values never hold a constant alone.
+symbolic divisor that does not divide `e` exactly), `e % c`, `max(a, b)`, `min(a, b)`. Simplification
+takes every symbol to stand for a size of at least 1 (comparisons decide what that bound proves and
+raise `Undecidable` otherwise); a func specialized to a size of 0 has every op's result type inferred
+again on ints and checked against its expression, so an expression that assumed 1 or more fails there,
+loudly. An expression that reduces to a constant is a plain `int`: `Sym` values never hold a constant alone.
 
 The textual form (types print each symbolic dim in brackets; int attributes hold `[expr]` items):
     expr   := term (('+' | '-') term)*
@@ -53,7 +53,8 @@ class Sym:
 
     def __init__(self, terms: Mapping[Monomial, int]):
         self.terms: tuple[tuple[Monomial, int], ...] = tuple(
-            sorted(((m, c) for m, c in terms.items() if c), key=lambda mc: (len(mc[0]) == 0, _atoms_key(mc[0]))))
+            sorted(((m, c) for m, c in terms.items() if c),
+                   key=lambda mc: (len(mc[0]) == 0, _atoms_key(mc[0]))))
         self._hash = hash(self.terms)
 
     # construction --------------------------------------------------------------------------------
@@ -242,7 +243,8 @@ def _eval_atom(a: Atom, binding: Mapping[str, int]) -> int:
 def _wrap(x: DimLike) -> str:
     s = str(x)
     single = isinstance(x, Sym) and len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1
-    return s if isinstance(x, int) and x >= 0 or _NAME.match(s) or (single and s.startswith("(")) else f"({s})"
+    bare = isinstance(x, int) and x >= 0 or _NAME.match(s) or (single and s.startswith("("))
+    return s if bare else f"({s})"
 
 
 def _atom_str(a: Atom) -> str:
@@ -312,7 +314,9 @@ def _divide_polynomial(a: DimLike, b: Sym) -> DimLike | None:
         return 1
     if not isinstance(a, Sym):
         return None
-    (bm, bc), q, r = b.terms[0], 0, a
+    bm, bc = b.terms[0]
+    q: DimLike = 0
+    r: DimLike = a
     for _ in range(2 * len(a.terms) + 2):
         if not isinstance(r, Sym):
             break

@@ -40,8 +40,10 @@ def _kind_ok(kind: str, v: Any) -> bool:
     return True
 
 
-_KIND_WORDS = {"int": "an integer", "dim": "an integer or a symbolic dim", "float": "a float", "bool": "true or false", "str": "a string",
-               "ints": "an array of integers", "dims": "an array of integers or symbolic dims", "floats": "an array of floats", "strs": "an array of strings",
+_KIND_WORDS = {"int": "an integer", "dim": "an integer or a symbolic dim", "float": "a float",
+               "bool": "true or false", "str": "a string", "ints": "an array of integers",
+               "dims": "an array of integers or symbolic dims", "floats": "an array of floats",
+               "strs": "an array of strings",
                "type": "a tensor type", "dense": "a dense<> or dense_resource<> tensor"}
 
 

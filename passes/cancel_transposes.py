@@ -223,7 +223,7 @@ class Sinker:
             return False
         moved = rw.create(t, "transpose", [y], [y.type.with_shape(tuple(y.type.dims[i] for i in q))],
                           {"perm": q}, t.loc)  # meets y's transpose: the compose pattern joins them
-        out = rw.create(t, "reshape", [moved.result], [t.result.type], {"shape": list(t.result.type.dims)},
+        out = rw.create(t, "reshape", [moved.result], [t.result.type], {"shape": list(t.result.type.shape)},
                         t.loc)
         out.result.name = t.result.name
         rw.replace_op(t, [out.result])
@@ -233,9 +233,9 @@ class Sinker:
     def to_reshape(self, t: Op, rw: Rewriter) -> bool:
         # transpose(x, p) -> reshape(x) when p only moves size-1 dims
         x = t.operands[0]
-        if not moves_only_unit_dims(x.type.shape, perm_of(t)):
+        if not moves_only_unit_dims(x.type.shape, perm_of(t)) or None in t.result.type.shape:
             return False
-        new = rw.create(t, "reshape", [x], [t.result.type], {"shape": list(t.result.type.dims)})
+        new = rw.create(t, "reshape", [x], [t.result.type], {"shape": list(t.result.type.shape)})
         new.result.name = t.result.name
         rw.replace_op(t, [new.result])
         self.owner.stat("num-to-reshape")

@@ -148,11 +148,12 @@ class _Fuser(AnchorRules, ElementwiseRules):
         yields = [r for o in ops for r in o.results if any(id(x) not in inside for x in r.users)]
         if not yields:
             return  # dead code: nothing to compute
-        saved = (
+        static = all(v.type.is_static for o in ops for v in (*o.operands, *o.results))
+        saved = (  # bytes no longer moved; with dynamic dims, unknown until the func is specialized
             sum(self.cost(o).bytes for o in ops)
             - sum(a.type.nbytes for a in args)
             - sum(r.type.nbytes for r in yields)
-        )
+        ) if static else 0
         kernel = Op(
             "kernel",
             args,

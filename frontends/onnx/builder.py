@@ -181,7 +181,8 @@ class Builder:
             except fold_sizes.NotFoldable:
                 pass
             else:
-                return [Tensor(rt, o if o.dtype == object else o.astype(rt.np_dtype, copy=False).reshape(rt.dims))
+                return [Tensor(rt, o if o.dtype == object
+                               else o.astype(rt.np_dtype, copy=False).reshape(rt.dims))
                         for o, rt in zip(folded, types, strict=True)]
         elif all(t.is_const for t in inputs) and opdef.has("pure") and name != "dequantize" and \
                 self._foldable(inputs, types):

@@ -130,13 +130,17 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | None]:
             for d in vi.type.tensor_type.shape.dim]
 
 
-def symbolic_dims(inputs: Sequence[onnx.ValueInfoProto], fixed: Mapping[str, Sequence[int]]) -> dict[str, list]:
+def symbolic_dims(inputs: Sequence[onnx.ValueInfoProto],
+                  fixed: Mapping[str, Sequence[int]]) -> dict[str, list]:
     """Each input's dims with its dynamic ones as symbols: a dim_param names its symbol (the same name on
     two inputs is the same size), an unnamed, -1 or 0 dim gets `<input>_<axis>`; inputs in `fixed`
     (--input-shape) keep the sizes given."""
+    def named(d: Any) -> bool:  # paddle2onnx writes "?" as a dim_param: a name with no letter names nothing
+        return bool(d.dim_param) and bool(re.search(r"[A-Za-z0-9]", d.dim_param))
+
     taken: set[str] = set()
     for vi in inputs:
-        taken.update(sanitize_symbol(d.dim_param) for d in vi.type.tensor_type.shape.dim if d.dim_param)
+        taken.update(sanitize_symbol(d.dim_param) for d in vi.type.tensor_type.shape.dim if named(d))
     out: dict[str, list] = {}
     for vi in inputs:
         if vi.name in fixed:
@@ -146,7 +150,7 @@ def symbolic_dims(inputs: Sequence[onnx.ValueInfoProto], fixed: Mapping[str, Seq
         for k, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(int(d.dim_value))
-            elif d.dim_param:
+            elif named(d):
                 dims.append(Sym.symbol(sanitize_symbol(d.dim_param)))
             else:
                 base = name = sanitize_symbol(f"{vi.name}_{k}")

@@ -73,7 +73,8 @@ def result_types(name: str, operands: Sequence[TensorType], attrs: dict[str, Any
     return states + outs
 
 
-def block_arg_types(name: str, operands: Sequence[TensorType], attrs: dict[str, Any]) -> list[list[TensorType]]:
+def block_arg_types(name: str, operands: Sequence[TensorType],
+                    attrs: dict[str, Any]) -> list[list[TensorType]]:
     """The argument types of each region's block, from the op's operand types."""
     if name == "if":
         return [[], []]
@@ -128,13 +129,14 @@ def _loop_ref(sig: Sig, trips: np.ndarray, cond: np.ndarray, *carried: np.ndarra
     while go and i < m:
         outs = run(0, [np.array(i, np.int64), np.array(go), *state])
         go, state = _flag(outs[0]), list(outs[1:1 + n])
-        for k, s in enumerate(outs[1 + n:]):
-            scans[k].append(s)
+        for k, piece in enumerate(outs[1 + n:]):
+            scans[k].append(piece)
         i += 1
     stacked = []
-    for k, s in enumerate(scans):
+    for k, pieces in enumerate(scans):
         t = sig.results[n + k]
-        stacked.append(np.stack(s) if s else np.zeros((0, *[d or 0 for d in t.shape[1:]]), t.np_dtype))
+        stacked.append(np.stack(pieces) if pieces else np.zeros((0, *[d or 0 for d in t.shape[1:]]),
+                                                                t.np_dtype))
     return state + stacked
 
 
@@ -170,9 +172,9 @@ def _scan_ref(sig: Sig, *xs: np.ndarray, run: RunRegion) -> list[np.ndarray]:
             outs[k].append(y)
     stacked = []
     for k, ys in enumerate(outs):
-        t = sig.results[len(states) + k]
+        rt = sig.results[len(states) + k]
         if not ys:
-            stacked.append(np.zeros([d or 0 for d in t.shape], t.np_dtype))
+            stacked.append(np.zeros([d or 0 for d in rt.shape], rt.np_dtype))
             continue
         axis = norm_axis(out_axes[k], ys[0].ndim + 1, "scan output axis")
         stacked.append(np.stack(ys[::-1] if out_rev[k] else ys, axis=axis))

@@ -79,13 +79,13 @@ def _range_infer(sig: Sig) -> list[TensorType]:
 
 def _range_ref(sig: Sig) -> np.ndarray:
     dtype = TensorType((), sig["dtype"]).np_dtype
-    return (int(sig["start"]) + np.arange(_range_len(sig["start"], sig["limit"], sig["delta"]),
-                                          dtype=np.int64) * int(sig["delta"])).astype(dtype)
+    n = int(_range_len(sig["start"], sig["limit"], sig["delta"]))  # type: ignore[call-overload]
+    return (int(sig["start"]) + np.arange(n, dtype=np.int64) * int(sig["delta"])).astype(dtype)
 
 
 register(OpDef("range", (), infer=_range_infer, reference=_range_ref,
                attrs={"start": attr("dim"), "limit": attr("dim"), "delta": attr("int", 1),
                       "dtype": attr("str", "i64")},
                traits=PURE, cost=lambda sig: Cost(0, 0, sig.results[0].nbytes),
-               doc="ONNX Range with whole-number start, limit and delta (in any size type), start or limit a size: start, start + delta, ... "
-                   "before limit. A constant once the func is specialized."))
+               doc="ONNX Range with whole-number start, limit and delta (in any size type), start or limit a "
+                   "size: start, start + delta, ... before limit. A constant once the func is specialized."))

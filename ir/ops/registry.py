@@ -25,8 +25,8 @@ from ..types import TensorType
 REQUIRED = object()
 
 ATTR_KINDS = ("int", "dim", "float", "bool", "str", "ints", "dims", "floats", "strs", "type", "dense", "any")
-"""`dim`, `dims`: like `int`, `ints`, but items may be symbolic dims (`[N * 3]`): sizes an op computes from the func's
-symbols (a reshape's shape, a slice's end)."""
+"""`dim`, `dims`: like `int`, `ints`, but items may be symbolic dims (`[N * 3]`): sizes an op computes from
+the func's symbols (a reshape's shape, a slice's end)."""
 
 
 from ..errors import OpError  # noqa: E402,F401 - re-exported: ops and passes import it from here

@@ -295,7 +295,7 @@ def _pad_pairs(sig: Sig, rank: int) -> list[tuple[int, int]]:
 
 def _pad_infer(sig: Sig) -> list[TensorType]:
     x, mode = sig.operands[0], _choice(sig, "mode", PAD_MODES)
-    dims: list[int | None] = []
+    dims: list[Any] = []
     for k, ((b, e), d) in enumerate(zip(_pad_pairs(sig, x.rank), x.shape, strict=True)):
         if d is None:
             dims.append(None)

@@ -140,7 +140,8 @@ class Plan:
     def plan_of(self, region: Region) -> Plan:
         p = self.sub.get(id(region))
         if p is None:
-            p = self.sub[id(region)] = Plan(self.module, region.block, self.pipeline, self.device, self.options)
+            p = Plan(self.module, region.block, self.pipeline, self.device, self.options)
+            self.sub[id(region)] = p
         return p
 
     def run(self, env: dict[int, np.ndarray]) -> list[np.ndarray]:
@@ -152,7 +153,8 @@ class Plan:
                 env.update({id(r): np.asarray(o) for r, o in zip(step.results, outs, strict=True)})
         return [env[id(v)] for v in self.terminator.operands]
 
-    def region(self, op: Op, k: int, env: dict[int, np.ndarray], args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def region(self, op: Op, k: int, env: dict[int, np.ndarray],
+               args: Sequence[np.ndarray]) -> list[np.ndarray]:
         region = op.regions[k]
         inner = dict(env)
         inner.update({id(a): np.asarray(x) for a, x in zip(region.block.args, args, strict=True)})

@@ -31,8 +31,8 @@ from ...passes.emulate_f16 import emulate_block
 from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
 from .checks import env_flag
-from .device import preamble
 from .control import has_control
+from .device import preamble
 from .dynamic import SPECIALIZE, SPECIALIZES, mark_dynamic
 from .kernels import load_all
 from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Template, arg_ref

@@ -521,9 +521,8 @@ def _address(b: Any) -> int:
 
 def opencl_executor(module: Module, func: Func) -> Any:
     """The onnx.backend adapter's executor factory: lower (when needed) for the default device and load."""
-    from .lower import is_lowered, lower_module
-
     from .dynamic import executable
+    from .lower import is_lowered, lower_module
 
     device = dev.pick_device()
     if not is_lowered(module):

@@ -139,10 +139,12 @@ def scan_sequence() -> bytes:
     """A Scan over a sequence of symbolic length T: a running sum and a per-step output."""
     body = h.make_graph(
         [h.make_node("Add", ["acc_in", "x_t"], ["acc_out"]), h.make_node("Mul", ["acc_out", "x_t"], ["y_t"])],
-        "body", [h.make_tensor_value_info("acc_in", T.FLOAT, [3]), h.make_tensor_value_info("x_t", T.FLOAT, [3])],
+        "body", [h.make_tensor_value_info("acc_in", T.FLOAT, [3]),
+                 h.make_tensor_value_info("x_t", T.FLOAT, [3])],
         [h.make_tensor_value_info("acc_out", T.FLOAT, [3]), h.make_tensor_value_info("y_t", T.FLOAT, [3])])
     nodes = [h.make_node("Scan", ["acc0", "xs"], ["acc", "ys"], body=body, num_scan_inputs=1, name="scan")]
     return _model(nodes, [h.make_tensor_value_info("acc0", T.FLOAT, [3]),
                           h.make_tensor_value_info("xs", T.FLOAT, ["T", 3])],
-                  [h.make_tensor_value_info("acc", T.FLOAT, [3]), h.make_tensor_value_info("ys", T.FLOAT, ["T", 3])],
+                  [h.make_tensor_value_info("acc", T.FLOAT, [3]),
+                   h.make_tensor_value_info("ys", T.FLOAT, ["T", 3])],
                   {}, "scan")

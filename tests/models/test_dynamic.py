@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import tessel
 from tessel.api import InvalidArgument
 
@@ -148,6 +147,7 @@ def test_if_note_names_the_constant_input(tmp_path) -> None:  # noqa: ANN001
     assert "note: If 'switch' is decided at run time by graph input 'sr'" in r.stderr
     assert "--constant-input sr=FILE.npy" in r.stderr and " = if " in r.stdout
     np.save(tmp_path / "sr.npy", np.array(16000))
-    r = subprocess.run([*tool, str(src), "--constant-input", f"sr={tmp_path / 'sr.npy'}", "--elide-resources"],
+    given = f"sr={tmp_path / 'sr.npy'}"
+    r = subprocess.run([*tool, str(src), "--constant-input", given, "--elide-resources"],
                        capture_output=True, text=True, check=True)
     assert " = if " not in r.stdout and "relu" in r.stdout and not r.stderr

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from tessel.ir.symbolic import Sym, Undecidable, floordiv, mod, parse_expr, smax, smin
 
 N, H, W = Sym.symbol("N"), Sym.symbol("H"), Sym.symbol("W")

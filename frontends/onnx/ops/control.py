@@ -63,7 +63,8 @@ def _region(b: Builder, sub: Subgraph, args: Sequence[TensorType]) -> tuple[Regi
     saved, materialized = b.block, dict(b._materialized)
     b.block = block
     try:
-        outs = sub.convert(b, [Tensor(t, value=a, name=a.name) for t, a in zip(args, block.args, strict=True)])
+        given = [Tensor(t, value=a, name=a.name) for t, a in zip(args, block.args, strict=True)]
+        outs = sub.convert(b, given)
         values = [b.value(t) for t in outs]
         block.append(Op("yield", values))
     finally:

@@ -205,8 +205,8 @@ def Resize(b: Builder, x: Tensor, roi: Tensor | None = None, scales: Tensor | No
             raise ConversionError(f"Resize: keep_aspect_ratio_policy '{keep_aspect_ratio_policy}' is not one "
                                   "of stretch, not_larger, not_smaller")
         if keep_aspect_ratio_policy != "stretch" and any(math.isnan(full_scales[a]) for a in ax):
-            raise ConversionError(f"Resize: keep_aspect_ratio_policy '{keep_aspect_ratio_policy}' needs static "
-                                  "sizes")
+            raise ConversionError(f"Resize: keep_aspect_ratio_policy '{keep_aspect_ratio_policy}' needs "
+                                  "static sizes")
         if keep_aspect_ratio_policy != "stretch":
             pick = min if keep_aspect_ratio_policy == "not_larger" else max
             common = pick(full_scales[a] for a in ax)
@@ -248,7 +248,8 @@ def _upsample(b: Builder, x: Tensor, scales: list[float], mode: str,
         raise ConversionError(f"mode '{mode}' is not nearest or linear")
     if mode == "nearest" and shrink_rounds_up and any(s < 1 for s in scales):
         down = [s if s < 1 else 1.0 for s in scales]
-        x = _resize(b, x, down, [scale_dim(n, s) for n, s in zip(x.shape, down, strict=True)], True, mode=mode,
+        shrunk = [scale_dim(n, s) for n, s in zip(x.shape, down, strict=True)]
+        x = _resize(b, x, down, shrunk, True, mode=mode,
                     ctm="asymmetric", nearest_mode="ceil")
         scales = [1.0 if s < 1 else s for s in scales]
     sizes = [scale_dim(n, s) for n, s in zip(x.shape, scales, strict=True)]
