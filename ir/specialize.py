@@ -190,10 +190,7 @@ class _Specializer:
                                                               else r.type for r in op.results],
                         self.module.resources)
         try:
-            types = opdef.infer(sig)
-            sig.results = types
-            if opdef.verify is not None:
-                opdef.verify(sig)
+            types = opdef.infer_verified(sig)
         except OpError as e:
             raise self.error(op, f"'{op.name}' op {e}") from None
         for k, (t, old) in enumerate(zip(types, op.result_types, strict=True)):

@@ -296,15 +296,21 @@ def _divide_exactly(a: DimLike, b: Sym) -> DimLike | None:
         return None
     out: dict[Monomial, int] = {}
     for m, c in a.terms:
-        rest = list(m)
-        for x in bm:
-            if x not in rest:
-                return None
-            rest.remove(x)
-        if c % bc:
+        q = _term_quotient(m, c, bm, bc)
+        if q is None:
             return None
-        out[tuple(rest)] = out.get(tuple(rest), 0) + c // bc
+        out[q[0]] = out.get(q[0], 0) + q[1]
     return Sym.make(out)
+
+
+def _term_quotient(m: Monomial, c: int, bm: Monomial, bc: int) -> tuple[Monomial, int] | None:
+    """(c * m) / (bc * bm) as one term, when bm's atoms are among m's and bc divides c."""
+    rest = list(m)
+    for x in bm:
+        if x not in rest:
+            return None
+        rest.remove(x)
+    return None if c % bc else (tuple(rest), c // bc)
 
 
 def _divide_polynomial(a: DimLike, b: Sym) -> DimLike | None:
@@ -320,15 +326,10 @@ def _divide_polynomial(a: DimLike, b: Sym) -> DimLike | None:
     for _ in range(2 * len(a.terms) + 2):
         if not isinstance(r, Sym):
             break
-        rm, rc = r.terms[0]
-        rest = list(rm)
-        for x in bm:
-            if x not in rest:
-                return None
-            rest.remove(x)
-        if rc % bc:
+        step = _term_quotient(*r.terms[0], bm, bc)
+        if step is None:
             return None
-        t = Sym.make({tuple(rest): rc // bc})
+        t = Sym.make({step[0]: step[1]})
         q, r = q + t, r - t * b
     return q if r == 0 and q * b == a else None
 

@@ -166,10 +166,7 @@ class Builder:
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
         sig = opdef.sig([t.type for t in inputs], attrs)
         try:
-            types = opdef.infer(sig)
-            sig.results = types
-            if opdef.verify is not None:
-                opdef.verify(sig)
+            types = opdef.infer_verified(sig)
         except OpError as e:
             raise ConversionError(f"'{name}' {e}") from None
         # a dequantize of constants stays: fold-qdq turns it and its consumer into integer arithmetic

@@ -141,6 +141,13 @@ class OpDef:
                 out[k] = spec.default
         return out
 
+    def infer_verified(self, sig: Sig) -> list[TensorType]:
+        """The result types `infer` gives, with `sig.results` set to them and `verify` run; OpError."""
+        sig.results = self.infer(sig)
+        if self.verify is not None:
+            self.verify(sig)
+        return sig.results
+
     def sig(self, operand_types: list[TensorType], attrs: dict[str, Any],
             result_types: list[TensorType] | None = None, resources: Any = None) -> Sig:
         return Sig(list(operand_types), self.with_defaults(attrs), list(result_types or []), resources)
