@@ -5,7 +5,9 @@
 - `paddle`: paddle2onnx's way: `dim_value: -1` for the batch and unnamed height and width, an Unsqueeze
   of a constant and a Reshape through `0` (copy the input's dim);
 - `encoder`: a batch and sequence length S: positions from Range(0, Shape(x)[1]) gathered from a table,
-  single-head self-attention (MatMul, Softmax over S) and a layer norm.
+  single-head self-attention (MatMul, Softmax over S) and a layer norm;
+- `lstm`: a bidirectional LSTM over a symbolic sequence length and batch;
+- `if_on_input`, `loop_counted`, `scan_sequence`: control flow decided by the inputs (test_dynamic.py).
 """
 
 from __future__ import annotations
@@ -94,10 +96,6 @@ def encoder() -> bytes:
                   [h.make_tensor_value_info("y", T.FLOAT, ["B", "S", d])], inits, "encoder")
 
 
-MODELS = {"cnn": (cnn, [(1, 3, 16, 16), (2, 3, 13, 9)]),
-          "paddle": (paddle, [(1, 4, 8, 8), (3, 4, 5, 7)]),
-          "encoder": (encoder, [(1, 7, 16), (2, 12, 16)])}
-"""Each model and the two input shapes it is checked at."""
 
 
 def if_on_input() -> bytes:
@@ -148,3 +146,23 @@ def scan_sequence() -> bytes:
                   [h.make_tensor_value_info("acc", T.FLOAT, [3]),
                    h.make_tensor_value_info("ys", T.FLOAT, ["T", 3])],
                   {}, "scan")
+
+
+def lstm() -> bytes:
+    """An LSTM over a sequence of symbolic length S and batch B (a CRNN's recurrent head), both
+    directions, its hidden states as the output."""
+    rng = np.random.default_rng(5)
+    hidden, inp = 8, 6
+    nodes = [h.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional",
+                         name="lstm")]
+    inits = {"W": _f32(rng, 2, 4 * hidden, inp), "R": _f32(rng, 2, 4 * hidden, hidden),
+             "B": _f32(rng, 2, 8 * hidden, scale=0.1)}
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["S", "B", inp])],
+                  [h.make_tensor_value_info("y", T.FLOAT, ["S", 2, "B", hidden])], inits, "lstm")
+
+
+MODELS = {"cnn": (cnn, [(1, 3, 16, 16), (2, 3, 13, 9)]),
+          "paddle": (paddle, [(1, 4, 8, 8), (3, 4, 5, 7)]),
+          "encoder": (encoder, [(1, 7, 16), (2, 12, 16)]),
+          "lstm": (lstm, [(5, 1, 6), (11, 3, 6)])}
+"""Each model and the two input shapes it is checked at."""

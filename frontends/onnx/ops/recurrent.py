@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ....ir.ops.recurrent import ACTIVATIONS
+from ....ir.symbolic import Sym
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .common import _scalar, _slice, _transpose, _wants
@@ -137,7 +138,10 @@ class Layer:
     def _state(self, t: Tensor | None) -> Tensor:
         """initial_h / initial_c as [D, B, H] (zeros when absent)."""
         if t is None:
-            return self.b.const(np.zeros((self.directions, self.batch, self.hidden), self.X.type.np_dtype))
+            shape = [self.directions, self.batch, self.hidden]
+            if isinstance(self.batch, Sym):  # zeros of a symbolic batch: broadcast at run time
+                return self.b.op("expand", [self.b.const(np.zeros((), self.X.type.np_dtype))], {"shape": shape})
+            return self.b.const(np.zeros(shape, self.X.type.np_dtype))
         return _transpose(self.b, t, [1, 0, 2]) if self.layout else t
 
     def _masks(self, lens: Tensor | None) -> list[Tensor] | None:
