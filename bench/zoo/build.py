@@ -20,16 +20,16 @@ import hashlib
 import inspect
 import io
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo  # noqa: E402
+from common import write_atomic  # noqa: E402
 
 PACKAGES = ("torch", "torchvision", "transformers", "onnxscript", "onnx_ir", "onnx", "numpy")
 
@@ -148,17 +148,6 @@ def check_exported(spec: zoo.Spec, data: bytes, want: list[Any]) -> float:
         if not np.isfinite(g).all() or float(g.std()) == 0.0:
             raise RuntimeError(f"{spec.name}: degenerate output (non-finite or constant)")
     return err
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
