@@ -210,7 +210,65 @@ def check_graph(case: GraphCase, levels: Sequence[int] = LEVELS, targets: Sequen
                     return out
             else:
                 out.compared.append((level, target))
+    if levels and out.status != "failed":
+        _check_dynamic(case, max(levels), targets, want, args, out, fail)
     return out
+
+
+DYNAMIC = "+dyn"
+"""The suffix of a target's name in findings and counts for the graph imported with symbolic dims."""
+
+
+def dynamic_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every graph input's dims symbolic (`d<input>_<axis>`): the same graph as exporters
+    write it with dynamic dims, to run at the sizes of the same feeds."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    inits = {i.name for i in copy.graph.initializer}
+    for k, vi in enumerate(v for v in copy.graph.input if v.name not in inits):
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            d.ClearField("dim_value")
+            d.dim_param = f"d{k}_{axis}"
+    return copy
+
+
+def _check_dynamic(case: GraphCase, level: int, targets: Sequence[str], want: Sequence[np.ndarray],
+                   args: list[np.ndarray], out: Outcome, fail: Any) -> None:
+    """The graph with its inputs' dims symbolic, compiled once at -O`level` and run at the feeds' sizes on
+    each target: the dynamic import, the passes on symbolic dims and the specialization, against the same
+    onnxruntime results. A graph tessel cannot import with symbolic dims is not a finding (that is a
+    limit, which the static import above already checks the rest of)."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.diagnostics import DiagnosticError
+
+    try:
+        module = import_model(dynamic_copy(case.model).SerializeToString(), "fuzz.onnx")
+        _optimize(module, level)
+    except DiagnosticError:
+        return
+    except Exception as e:
+        fail("import", level, "numpy" + DYNAMIC, crash_text(e))
+        return
+    for target in sorted(targets, key=TARGETS.index):
+        if target == "opencl" and isinstance(opencl_device(), str):
+            continue
+        try:
+            got = run_target(module, target)(args)
+        except DiagnosticError as e:
+            if "do not fit" in str(e) or "even at these sizes" in str(e):
+                continue  # sizes the symbolic graph cannot take (a reshape's constant target): a limit
+            fail("run", level, target + DYNAMIC, diag_text(e))
+            return
+        except Exception as e:
+            err = e.__cause__ if isinstance(e, _LowerError) and e.__cause__ else e
+            fail("run", level, target + DYNAMIC, crash_text(err))
+            return
+        diff = compare(got, want)
+        if diff is not None and not oracles_disagree(case, got, want):
+            fail("mismatch", level, target + DYNAMIC, diff)
+            return
+        if diff is None:
+            out.compared.append((level, target + DYNAMIC))
 
 
 def _optimize(module: Any, level: int) -> None:
@@ -251,8 +309,8 @@ def opencl_executable(module: Any, func: Any) -> Any:
     """The one place the fuzzers lower a module and make its OpenCL executable: switch on bounds checks or
     poisoned memory for every fuzzed graph through LOWER_OPTIONS and EXECUTABLE_OPTIONS. A lowering error
     is raised as _LowerError (its cause the original)."""
+    from tessel.targets.opencl.dynamic import executable
     from tessel.targets.opencl.lower import lower_module
-    from tessel.targets.opencl.runtime import Executable
 
     dev = opencl_device()
     assert not isinstance(dev, str)
@@ -261,7 +319,7 @@ def opencl_executable(module: Any, func: Any) -> Any:
         lower_module(module, info, **LOWER_OPTIONS)
     except Exception as e:
         raise _LowerError(str(e)) from e
-    return Executable(module, func, device, **EXECUTABLE_OPTIONS)
+    return executable(module, func, device, **EXECUTABLE_OPTIONS)
 
 
 def _first_line(text: str) -> str:

@@ -48,7 +48,15 @@ if str(ROOT) not in sys.path:  # run as a script: `python tests/fuzz/run.py`
 from tests.fuzz.batch import find_and_shrink  # noqa: E402
 from tests.fuzz.graphs import GraphCase, default_feeds, graphs  # noqa: E402
 from tests.fuzz.mutate import check_parse, corpus, mutate  # noqa: E402
-from tests.fuzz.property import LEVELS, TARGETS, Finding, Outcome, check_graph, opencl_device  # noqa: E402
+from tests.fuzz.property import (  # noqa: E402
+    DYNAMIC,
+    LEVELS,
+    TARGETS,
+    Finding,
+    Outcome,
+    check_graph,
+    opencl_device,
+)
 from tests.fuzz.reduce_graph import reduce_case  # noqa: E402
 from tests.fuzz.run_modules import ModuleStats, module_batch, module_report, replay_module  # noqa: E402
 from tests.fuzz.saved import Saved, normalize  # noqa: E402
@@ -171,7 +179,8 @@ def graph_batch(args: argparse.Namespace, run_seed: int, batch_seed: int, deadli
 
     def again(case: GraphCase, focus: Finding) -> Outcome | None:
         levels = [focus.level if focus.level is not None else 0]
-        out = check_graph(case, levels, [focus.target] if focus.target else [], first_only=True)
+        out = check_graph(case, levels, [focus.target.removesuffix(DYNAMIC)] if focus.target else [],
+                          first_only=True)
         return out if any(f.stage == focus.stage for f in out.findings) else None
 
     found = find_and_shrink(graphs(max_steps=args.max_steps), size, batch_seed, deadline, args.shrink_seconds,
@@ -280,9 +289,10 @@ def report(stats: Stats, args: argparse.Namespace, seed: int, elapsed: float, ou
         lines.append(f"  generator error {n}: {why}")
     for why, n in stats.skipped.most_common(3):
         lines.append(f"  skipped {n}: {why}")
-    lines += ["", "level  compiled  " + "  ".join(f"{t:>18}" for t in args.targets)]
+    columns = [*args.targets, *(t + DYNAMIC for t in args.targets)]  # +dyn: imported with symbolic dims
+    lines += ["", "level  compiled  " + "  ".join(f"{t:>18}" for t in columns)]
     for lv in args.levels:
-        cells = [f"{stats.compared[(lv, t)]:6d} ok {stats.failed[(lv, t)]:3d} failed" for t in args.targets]
+        cells = [f"{stats.compared[(lv, t)]:6d} ok {stats.failed[(lv, t)]:3d} failed" for t in columns]
         lines.append(f"-O{lv}    {stats.compiled[lv]:8d}  " + "  ".join(f"{c:>18}" for c in cells))
     lines.append(f"comparisons with onnxruntime that matched: {sum(stats.compared.values())}")
     lines += ["", "per generator: graphs it helped make, discarded, levels compiled, (level, target) "
