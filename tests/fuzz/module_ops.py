@@ -25,6 +25,10 @@ _MADE_BY_PASSES = "made by passes and the lowering, not found in a graph-level m
 _RECURRENT = "a recurrence or detection op no pass rewrites, with many coupled operand shapes"
 _QOPS = ("fold-qdq makes it from the dequantize -> conv2d / matmul -> quantize chains the `quantize` maker "
          "writes")
+_SIZES = ("sizes of symbolic dims: the modules are static; the graph fuzzer's +dyn runs import them "
+          "(property.dynamic_copy)")
+_CONTROL = ("control flow with regions: tests/models/test_dynamic.py and the lit files; the module builder "
+            "makes one block")
 NO_MAKER: dict[str, str] = {
     "const": "every maker makes constants", "return": "structure", "yield": "structure (regions)",
     "kernel": _MADE_BY_PASSES + " (fuse's regions)", "cl.program": _MADE_BY_PASSES,
@@ -35,6 +39,8 @@ NO_MAKER: dict[str, str] = {
     "roi_align": _RECURRENT, "col2im": _RECURRENT, "max_unpool": _RECURRENT, "grid_sample": _RECURRENT,
     "conv2d_integer": _QOPS, "qconv2d": _QOPS, "matmul_integer": _QOPS, "qmatmul": _QOPS,
     "bitcast": "it reinterprets bits: validation would compare NaN payloads",
+    "shape": _SIZES, "dims": _SIZES, "range": _SIZES,
+    "if": _CONTROL, "loop": _CONTROL, "scan": _CONTROL,
 }
 """Registered ops without a maker, and why."""
 
