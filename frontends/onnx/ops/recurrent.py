@@ -140,7 +140,8 @@ class Layer:
         if t is None:
             shape = [self.directions, self.batch, self.hidden]
             if isinstance(self.batch, Sym):  # zeros of a symbolic batch: broadcast at run time
-                return self.b.op("expand", [self.b.const(np.zeros((), self.X.type.np_dtype))], {"shape": shape})
+                zero = self.b.const(np.zeros((), self.X.type.np_dtype))
+                return self.b.op("expand", [zero], {"shape": shape})
             return self.b.const(np.zeros(shape, self.X.type.np_dtype))
         return _transpose(self.b, t, [1, 0, 2]) if self.layout else t
 
