@@ -224,7 +224,7 @@ def _check_lowering(module: Module, name: str, arrays: list[np.ndarray], referen
     from ..debug.validate import mismatch_error
     from ..ir.interpreter import output_names
     from ..targets.opencl import device as dev
-    from ..targets.opencl.runtime import Executable
+    from ..targets.opencl.dynamic import executable
 
     func = module.func(name)
     assert func is not None
@@ -232,7 +232,7 @@ def _check_lowering(module: Module, name: str, arrays: list[np.ndarray], referen
         d = dev.pick_device(None if device == "generic" else device)
     except dev.NoOpenCL as e:
         raise fail(f"--validate runs the lowered module on OpenCL: {e}") from None
-    results = Executable(module, func, d).run(arrays)
+    results = executable(module, func, d).run(arrays)  # a dynamic func: compiled at the inputs' sizes
     error = mismatch_error(output_names(func), results, reference, tol,
                            "the lowered module does not match the numpy reference", func=func)
     if error is not None:
