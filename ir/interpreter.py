@@ -88,7 +88,7 @@ def random_inputs(func: Func, seed: int = 0, sizes: Mapping[str, int] | None = N
 
             t = evaluate_type(t, sizes)
         if not t.is_static:
-            how = f"give its shape (tessel-run --input-shape {name}=DxD...) or --inputs"
+            how = f"give its shape (--input-shape {name}=DxD...) or the inputs themselves (--inputs)"
             raise DiagnosticError(
                 Diagnostic("error", f"input '{name}' has a dynamic shape {t}: {how}")
             )

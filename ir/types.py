@@ -112,6 +112,11 @@ def element_type_of(dtype: np.dtype) -> str:
     return name
 
 
+class DynamicDimError(ValueError):
+    """A static size asked of a type with a dynamic dim (`dims`, `numel`, `nbytes`): what needs static sizes
+    does not apply to it (a rewrite pattern that raises it simply does not match)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """A ranked tensor type. `shape` holds ints, symbolic dims (`Sym`, printed `[expr]`: a size named by a
@@ -144,7 +149,7 @@ class TensorType:
     def dims(self) -> tuple[int, ...]:
         """The shape of a static type (raises ValueError on a dynamic dim)."""
         if not self.is_static:
-            raise ValueError(f"{self} has a dynamic dim")
+            raise DynamicDimError(f"{self} has a dynamic dim")
         return self.shape  # type: ignore[return-value]
 
     @property
@@ -152,7 +157,7 @@ class TensorType:
         n = 1
         for d in self.shape:
             if type(d) is not int:
-                raise ValueError(f"{self} has a dynamic dim")
+                raise DynamicDimError(f"{self} has a dynamic dim")
             n *= d
         return n
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from ..ir.attributes import Attr
 from ..ir.core import Loc, Module, Op, Value
 from ..ir.ops.registry import get_op
-from ..ir.types import TensorType
+from ..ir.types import DynamicDimError, TensorType
 
 Pattern = Callable[[Op, "Rewriter"], bool]
 
@@ -34,6 +34,7 @@ class Rewriter:
         # then take for erased and never visit
         self.erased: dict[int, Op] = {}
         self.rewrites = 0
+        self.edits = 0  # every change made through the rewriter (a pattern that made none can be undone)
 
     def push(self, op: Op | None) -> None:
         if op is not None and id(op) not in self.queued and id(op) not in self.erased:
@@ -49,12 +50,14 @@ class Rewriter:
         """A new op inserted before `anchor`, with `anchor`'s location unless one is given (and its source
         position, so diagnostics and remarks about the new op point at the line it came from)."""
         op = Op(name, operands, result_types, attrs, loc=anchor.loc if loc is None else loc, pos=anchor.pos)
+        self.edits += 1
         assert anchor.parent is not None
         anchor.parent.insert_before(anchor, op)
         self.push(op)
         return op
 
     def replace_value(self, old: Value, new: Value) -> None:
+        self.edits += 1
         self.push_users(old)
         old.replace_all_uses_with(new)
         if new.op is not None:
@@ -69,6 +72,7 @@ class Rewriter:
         self.erase_op(op)
 
     def erase_op(self, op: Op) -> None:
+        self.edits += 1
         producers = [v.op for v in op.operands]
         op.erase()
         self.erased[id(op)] = op
@@ -77,6 +81,7 @@ class Rewriter:
 
     def changed(self, op: Op) -> None:
         """Call after changing an op in place (attributes, operands)."""
+        self.edits += 1
         self.push(op)
         for r in op.results:
             self.push_users(r)
@@ -114,7 +119,19 @@ def apply_patterns_greedily(module: Module, patterns: dict[str, list[Pattern]],
             rw.rewrites += 1
             continue
         for pattern in patterns.get(op.name, []) + generic:
-            if pattern(op, rw):
+            if _applies(pattern, op, rw):
                 rw.rewrites += 1
                 break
     return rw.rewrites
+
+
+def _applies(pattern: Pattern, op: Op, rw: Rewriter) -> bool:
+    """pattern(op, rw); a pattern that meets a dynamic dim where it needs a static size before it changed
+    anything does not apply (symbolic dims: the rewrite waits for the func specialized to sizes)."""
+    edits = rw.edits
+    try:
+        return pattern(op, rw)
+    except DynamicDimError:
+        if rw.edits != edits:
+            raise  # it changed the IR first: not a refusal but a bug
+        return False

@@ -93,7 +93,7 @@ class Stats:
             c["generated"] += 1
             c["discarded"] += out.status == "discarded"
             c["compiled"] += len(out.compiled)
-            c["compared"] += len(out.compared)
+            c["compared"] += len(out.compared) + len(out.dynamic)
             c["failed"] += bool(out.findings)
         if out.status == "discarded":
             why = re.sub(r"Name:'[^']*' |\[ONNXRuntimeError\] : \d+ : |Non-zero status code returned ", "",
@@ -102,7 +102,7 @@ class Stats:
             return
         self.imported += out.imported
         self.compiled.update(out.compiled)
-        self.compared.update(out.compared)
+        self.compared.update(out.compared + out.dynamic)
         self.skipped.update(out.skipped)
         for f in out.findings:
             self.failed[(f.level, f.target)] += 1
@@ -331,7 +331,7 @@ def replay(path: Path, args: argparse.Namespace) -> int:
     case = GraphCase(model, feeds, [n.op_type for n in model.graph.node])
     out = check_graph(case, args.levels, args.targets)
     print(f"{path}: {out.status}{' (' + out.reason + ')' if out.reason else ''}; matched "
-          + ", ".join(f"-O{lv} {t}" for lv, t in out.compared))
+          + ", ".join(f"-O{lv} {t}" for lv, t in out.compared + out.dynamic))
     for f in out.findings:
         print(str(f))
     return 1 if out.findings else 0

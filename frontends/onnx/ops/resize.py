@@ -87,6 +87,9 @@ def _interpolation(n_in: int, n_out: int, scale: float, mode: str, ctm: str, nea
                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """The (n_out, n_in) matrix one resized axis multiplies by, and the extrapolated outputs (or None);
     taps past the edges clamp to it, as ONNX's reference does."""
+    if type(n_in) is not int or type(n_out) is not int:
+        raise ConversionError(f"Resize ({mode}, {ctm}) of a symbolic dim: its interpolation matrix needs "
+                              "static sizes (give them with --input-shape)")
     x, extrapolated = _source_coords(n_in, n_out, scale, ctm, roi)
     left = np.floor(x)
     ratios = np.where(x == left, 1.0, x - left)
