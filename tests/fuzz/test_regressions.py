@@ -29,6 +29,16 @@ GRAPHS: dict[str, str] = {
            y = Add (c, r)
         }
     """,
+    # frontends/onnx/ops/tensor.py: wrap padding gathers a static index list; with the graph's dims symbolic
+    # (the +dyn run) it crashed on the symbolic size instead of refusing it (a limit, not a finding).
+    "wrap_pad_of_a_symbolic_dim_is_refused_not_a_crash": """
+        <ir_version: 10, opset_import: ["" : 21]>
+        fuzz (float[1,1,1,1] x1) => (float[1,1,1,2] t3)
+           <int64[8] k2 = {0,0,0,0,0,0,0,1}>
+        {
+           t3 = Pad <mode: string = "wrap"> (x1, k2)
+        }
+    """,
     # frontends/onnx/ops/reduce.py: with noop_with_empty_axes and empty axes the import returned the input
     # unchanged, but only the reduction is skipped: ReduceL1/L2 give |x|, ReduceSumSquare x^2, ReduceLogSum
     # log(x) (onnx's spec note; onnxruntime agrees).

@@ -380,6 +380,9 @@ def _wrap_pad(b: Builder, x: Tensor, pads: list[int]) -> Tensor:
         lo, hi = pads[a], pads[a + r]
         if lo == 0 and hi == 0:
             continue
+        if type(x.shape[a]) is not int:
+            raise ConversionError(f"wrap padding of axis {a}, of symbolic size {x.shape[a]}, gathers a "
+                                  "static index list: it needs a static size (give it with --input-shape)")
         start, kept = max(-lo, 0), x.shape[a] - max(-lo, 0) - max(-hi, 0)
         if kept <= 0 and (lo > 0 or hi > 0):
             raise ConversionError(f"wrap padding needs a non-empty axis {a}")
