@@ -22,13 +22,12 @@ from .core import Block, Func, Module, Op, Region, Value
 from .diagnostics import Diagnostic, DiagnosticError
 from .errors import OpError
 from .ops.control import block_arg_types, result_types
-from .ops.registry import get_op
+from .ops.registry import get_op, has_trait
 from .resources import ResourceTable
 from .symbolic import Sym, evaluate, format_dim
 from .types import TensorType
 
 Binding = dict[str, int]
-Shapes = tuple[tuple[int, ...], ...]
 
 
 def is_dynamic(func: Func) -> bool:
@@ -150,13 +149,12 @@ class _Specializer:
         attrs = evaluate_attr(op.attrs, self.binding) if any(_symbolic(a) for a in op.attrs.values()) \
             else dict(op.attrs)
         regions = []
-        opdef = get_op(op.name) or _NoDef
-        control = (block_arg_types(op.name, [v.type for v in operands], attrs) if opdef.has("control")
-                   else None)
+        control = (block_arg_types(op.name, [v.type for v in operands], attrs)
+                   if has_trait(op.name, "control") else None)
         for k, r in enumerate(op.regions):
             region = Region()
             for b in r.blocks:
-                isolated = len(b.args) == len(operands) and opdef.has("region-body")
+                isolated = len(b.args) == len(operands) and has_trait(op.name, "region-body")
                 types = ([v.type for v in operands] if isolated else control[k] if control is not None
                          else [self.static(a.type, op) for a in b.args])
                 nb = Block(types, [a.name for a in b.args])
@@ -213,12 +211,6 @@ class _Specializer:
         sizes = ", ".join(f"{k} = {v}" for k, v in sorted(self.binding.items()))
         d = Diagnostic("error", message + (f" (with {sizes})" if sizes else ""), op.pos, op.loc)
         return DiagnosticError(d)
-
-
-class _NoDef:
-    @staticmethod
-    def has(trait: str) -> bool:
-        return False
 
 
 def _symbolic(value: Any) -> bool:

@@ -236,6 +236,12 @@ def as_dtype(array: np.ndarray, t: TensorType) -> np.ndarray:
     return np.asarray(array).astype(t.np_dtype, copy=False)
 
 
+def has_trait(name: str, trait: str) -> bool:
+    """Whether op `name` is registered with `trait` (False for an unknown op)."""
+    opdef = get_op(name)
+    return opdef is not None and opdef.has(trait)
+
+
 def op_sig(op: Any, resources: Any = None) -> Sig:
     """The Sig of an op in the IR (its types and attributes with defaults)."""
     opdef = get_op(op.name)

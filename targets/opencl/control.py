@@ -22,20 +22,14 @@ from typing import Any
 import numpy as np
 
 from ...ir.core import Block, Func, Module, Op, Region, Value
-from ...ir.ops.registry import get_op, op_sig
+from ...ir.ops.registry import get_op, has_trait, op_sig
 from ...ir.resources import ResourceTable
 from .dynamic import SPECIALIZE, DynamicExecutable
 
 
 def has_control(func: Func) -> bool:
     """Whether `func`'s body holds an `if`, `loop` or `scan` (which the host plan runs)."""
-    return any((get_op(op.name) or _NoDef).has("control") for op in func.block.ops)
-
-
-class _NoDef:
-    @staticmethod
-    def has(trait: str) -> bool:
-        return False
+    return any(has_trait(op.name, "control") for op in func.block.ops)
 
 
 def _clone(op: Op, mapping: dict[int, Value]) -> Op:
@@ -125,7 +119,7 @@ class Plan:
         group: list[Op] = []
         k = 0
         for i, op in enumerate(ops + [None]):  # type: ignore[list-item]
-            if op is None or (get_op(op.name) or _NoDef).has("control"):
+            if op is None or has_trait(op.name, "control"):
                 if group:
                     later = {id(v) for v in _reads(ops[i:] + [block.ops[-1]])}
                     self.steps.append(_Segment(module, group, later, k, pipeline, device, options))
