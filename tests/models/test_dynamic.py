@@ -99,6 +99,14 @@ def test_shape_hint_lowers_a_size_ahead(tmp_path) -> None:  # noqa: ANN001
     bad = subprocess.run([*tool, "compile", str(src), "--shape-hint", "y=1x3x16x16"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "every input" in bad.stderr
+    static = subprocess.run([*tool, "compile", str(src), "--input-shape", "x=1x3x16x16", "--shape-hint",
+                             "x=1x3x16x16"], capture_output=True, text=True)
+    assert static.returncode == 2 and "no func with dynamic dims" in static.stderr
+    wrong = subprocess.run([*tool, "run", str(out), "--random-inputs", "--input-shape", "x=1x4x16x16"],
+                           capture_output=True, text=True)
+    assert wrong.returncode == 1 and "shape [1, 4, 16, 16] given for input 'x' does not fit" in wrong.stderr
+    none = subprocess.run([*tool, "run", str(out), "--random-inputs"], capture_output=True, text=True)
+    assert none.returncode == 1 and "give its shape (--input-shape x=DxD...)" in none.stderr
 
 
 def _control_feeds(name: str) -> list[dict[str, np.ndarray]]:
