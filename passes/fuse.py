@@ -83,7 +83,7 @@ from dataclasses import dataclass
 from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
 from .fuse_anchor import AnchorRules
 from .fuse_elementwise import ElementwiseRules
-from .fuse_rules import GATE_MAX_POOL, global_pool, is_anchor, is_elementwise, quoted
+from .fuse_rules import GATE_MAX_POOL, global_pool, is_anchor, is_elementwise, known_shape, quoted
 from .manager import Pass, PassContext
 
 
@@ -149,11 +149,11 @@ class _Fuser(AnchorRules, ElementwiseRules):
         if not yields:
             return  # dead code: nothing to compute
         static = all(v.type.is_static for o in ops for v in (*o.operands, *o.results))
-        saved = (  # bytes no longer moved; with dynamic dims, unknown until the func is specialized
+        saved = (  # bytes no longer moved; with dynamic dims, known once the func is specialized
             sum(self.cost(o).bytes for o in ops)
             - sum(a.type.nbytes for a in args)
             - sum(r.type.nbytes for r in yields)
-        ) if static else 0
+        ) if static else None
         kernel = Op(
             "kernel",
             args,
@@ -194,12 +194,14 @@ class _Fuser(AnchorRules, ElementwiseRules):
         self.anchor_of[id(kernel)] = anchor or ops[0]
         self.p.stat("num-kernels")
         self.p.stat("num-fused", len(ops))
-        self.p.stat("bytes-saved", max(saved, 0))
+        self.p.stat("bytes-saved", max(saved or 0, 0))
         self.ctx.remark_passed("fusion", "fused", ops, self.fused_message(ops, kind, anchor, saved, yields))
 
     @staticmethod
-    def fused_message(ops: list[Op], kind: str, anchor: Op | None, saved: int, yields: list[Value]) -> str:
-        tail = f" (saves {saved} bytes)"
+    def fused_message(ops: list[Op], kind: str, anchor: Op | None, saved: int | None,
+                      yields: list[Value]) -> str:
+        tail = (f" (saves {saved} bytes)" if saved is not None
+                else " (the bytes it saves scale with the dynamic dims)")
         if kind == "gate":
             return f"fused {quoted(ops)} into one kernel per image (a pool and FCs on its features){tail}"
         if anchor is None:
@@ -218,8 +220,8 @@ class _Fuser(AnchorRules, ElementwiseRules):
     def why_alone(self, op: Op) -> str:
         if all(id(r) in self.constant for r in op.results):
             return f"'{op.name}' is computed from constants only; it runs once, at load time"
-        if not all(r.type.is_static for r in op.results):
-            return f"'{op.name}' has a dynamic shape; fusion needs static shapes"
+        if not all(known_shape(r.type) for r in op.results):
+            return f"'{op.name}' has an anonymous dynamic dim ('?'); fusion needs dims it can compare"
         producers: list[str] = []
         for v in dict.fromkeys(op.operands):
             p = v.op

@@ -6,13 +6,13 @@ the elementwise DAG reconverging on it) and, after a matmul or gemm, a layer_nor
 from __future__ import annotations
 
 from itertools import islice
+from math import prod
 
 from ..ir.core import Op, Value
 from .fuse_inputs import InputRules
 from .fuse_rules import (
     BLOCKED_ANCHORS,
     CHEAP_EPILOGUE_ANCHORS,
-    CHEAP_FLOPS,
     EPILOGUE_ANCHORS,
     GATE_MAX_CHANNELS,
     GATE_MAX_WEIGHTS,
@@ -21,7 +21,8 @@ from .fuse_rules import (
     blocked_on_channels,
     is_anchor,
     is_elementwise,
-    map_pixels,
+    known_shape,
+    one_pixel,
     pixel_fc,
     quoted,
     shape_text,
@@ -93,9 +94,11 @@ class AnchorRules(InputRules):
         if not fcs:
             return []
         x = pool.operands[0].type
-        widest = max(x.dims[1], *(fc.result.type.dims[1] for fc in fcs))
-        per_image = x.numel // x.dims[0]
-        weights = sum(fc.operands[1].type.numel for fc in fcs)
+        channels = [x.shape[1], *(fc.result.type.shape[1] for fc in fcs)]
+        widest = max(c for c in channels if type(c) is int) if all(type(c) is int for c in channels) else None
+        per_image = prod(x.shape[1:]) if all(type(d) is int for d in x.shape[1:]) else None
+        weights = sum(fc.operands[1].type.numel for fc in fcs) if all(
+            fc.operands[1].type.is_static for fc in fcs) else None
         what = f"{quoted(ops)} stay apart: one kernel per image would compute them"
         source = pool.operands[0].op
         if any(o.result.type.dtype != "f32" for o in ops) or x.dtype != "f32":
@@ -106,6 +109,10 @@ class AnchorRules(InputRules):
                         f"in place) and the gate kernel reads NCHW")
         elif (problem := self.too_large(ops, pool)) is not None:
             self.missed("too-large", ops, f"{what}, but {problem}")
+        elif widest is None or per_image is None or weights is None:
+            self.missed("dynamic-shape", ops,
+                        f"{what}, but whether one core may read its pool and its FCs' weights depends on the "
+                        f"dynamic dims of {x}")
         elif widest > GATE_MAX_CHANNELS:
             self.missed("too-large", ops,
                         f"{what} in arrays of {widest} features (at most {GATE_MAX_CHANNELS})")
@@ -179,7 +186,7 @@ class AnchorRules(InputRules):
             and u.parent is self.block
             and v.type.rank >= 1
             and u.attrs.get("axis", 0) in (-1, v.type.rank - 1)
-            and all(r.type.is_static for r in u.results)
+            and all(known_shape(r.type) for r in u.results)
         ):
             ops.append(u)
 
@@ -247,8 +254,8 @@ class AnchorRules(InputRules):
         while True:
             users = v.users
             dag = self.reconverging(v, anchor, ops) if len(v.uses) > 1 else None
-            dear = [o for o in dag or () if self.cost(o).flops >= CHEAP_FLOPS * o.result.type.numel]
-            if dag and anchor.name in CHEAP_EPILOGUE_ANCHORS and dear and map_pixels(anchor) > 1:
+            dear = [o for o in dag or () if self.dear(o)]
+            if dag and anchor.name in CHEAP_EPILOGUE_ANCHORS and dear and not one_pixel(anchor):
                 many = len(dear) > 1
                 self.missed("epilogue-cost", [*dag, last], f"{quoted(dear)} cost{'' if many else 's'} "
                             f"{self.flops_text(dear[0])}; "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..ir.core import Op
 from ..ir.ops.registry import op_sig
+from ..ir.symbolic import format_dim
 from .fuse_rules import (
     BLOCKED_ANCHORS,
     ROW_ANCHORS,
@@ -52,7 +53,11 @@ class InputRules(FuserBase):
                    f"'gemm' reads A transposed (trans_a), so the normalized axis is not its rows; {where}")
         elif v.type.dtype != "f32" or ln.operands[0].type.dtype != "f32":
             missed("dtype", [ln, reader], f"'layer_norm' of {v.type.dtype}: {where} (f32 only)")
-        elif (n := (reader.result.type.dims or (1,))[-1]) > self.p.norm_prologue_max_n:
+        elif type(n := (reader.result.type.shape or (1,))[-1]) is not int:
+            missed("dynamic-shape", [ln, reader], f"'{reader.name}' has {format_dim(n)} output columns, a "
+                   f"dynamic dim: whether every column block would recompute the rows' statistics depends "
+                   f"on it; {where}")
+        elif n > self.p.norm_prologue_max_n:
             missed("would-recompute", [ln, reader], f"'{reader.name}' has {n} output columns: every column "
                    f"block of its kernel would recompute the rows' statistics, which costs more than the "
                    f"launch it saves (norm-prologue-max-n={self.p.norm_prologue_max_n})")
@@ -121,7 +126,7 @@ class InputRules(FuserBase):
         if chain is None:
             return []
         x, w = anchor.operands[0].type, anchor.operands[1].type
-        if anchor.attrs.get("groups", 1) != x.dims[1] or w.dims[0] != x.dims[1] or w.dims[1] != 1:
+        if anchor.attrs.get("groups", 1) != x.shape[1] or w.shape[0] != x.shape[1] or w.shape[1] != 1:
             return []  # not depthwise: only that template reads through a channel map
         if not all(self.fusible(o) and len(o.result.uses) == 1 for o in chain):
             return []
@@ -145,7 +150,7 @@ class InputRules(FuserBase):
         elif len(r.result.uses) != 1:
             self.missed("multi-use", [r, anchor], f"'resize' has {len(r.result.uses)} uses; {what} can "
                         "stand in for it only when the conv is its one reader")
-        elif x.rank != 4 or x.dims[:2] != y.dims[:2]:
+        elif x.rank != 4 or x.shape[:2] != y.shape[:2]:
             self.missed("shape-change", [r, anchor], "'resize' resizes more than H and W "
                         f"({shape_text(r.operands[0])} -> {shape_text(r.result)}); {what} maps pixels, "
                         "not channels")
@@ -188,10 +193,11 @@ class InputRules(FuserBase):
         x = dw.operands[0].type if dw.name == "conv2d" else None
         u = dw.operands[0].op
         if (
-            x is None or x.rank != 4 or not x.is_static or dw.attrs.get("groups", 1) != x.dims[1]
-            or dw.operands[1].type.dims[:2] != (x.dims[1], 1) or u is None or u.name != "unpack"
+            x is None or x.rank != 4 or type(x.shape[1]) is not int or not dw.operands[1].type.is_static
+            or dw.attrs.get("groups", 1) != x.shape[1]
+            or dw.operands[1].type.dims[:2] != (x.shape[1], 1) or u is None or u.name != "unpack"
             or not blocked_on_channels(u) or u.attrs.get("inner_tiles") != [16] or not self.fusible(u)
-            or dw.operands[0].uses != [(dw, 0)] or x.dims[1] % 16 or x.dtype != "f32"
+            or dw.operands[0].uses != [(dw, 0)] or x.shape[1] % 16 or x.dtype != "f32"
         ):
             return []
         chain: list[Op] = []
@@ -214,7 +220,7 @@ class InputRules(FuserBase):
         if (
             pk is None or conv is None or conv.name != "conv2d" or not self.fusible(conv)
             or not self.fusible(pk) or pk.attrs.get("inner_tiles") != [16] or not blocked_on_channels(pk)
-            or conv.result.uses != [(pk, 0)] or conv.operands[1].type.dims[2:] != (1, 1)
+            or conv.result.uses != [(pk, 0)] or conv.operands[1].type.shape[2:] != (1, 1)
             or conv.attrs.get("groups", 1) != 1 or any(conv.attrs.get("pads", []))  # type: ignore[arg-type]
             or any(int(s) != 1 for s in conv.attrs.get("strides", [1, 1]))  # type: ignore[union-attr]
             or any(o.result.type != pk.result.type for o in chain)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from ..ir.attributes import DenseAttr
 from ..ir.core import Block, Module, Op, Value
 from ..ir.ops.registry import Cost, OpError, get_op, op_sig
+from ..ir.specialize import evaluate_attr, evaluate_type
+from ..ir.types import TensorType
 from .manager import PassContext
 
 if TYPE_CHECKING:
@@ -28,6 +30,9 @@ POOL_ANCHORS = frozenset({"max_pool2d", "avg_pool2d", "global_avg_pool"})
 """Reduction anchors whose template (the conv's tiling) takes an epilogue but no prologue."""
 BLOCKED_ANCHORS = frozenset({"conv2d", *POOL_ANCHORS})
 """Anchors whose template reads an NCHWc input (an unpack in the region) or writes one (a pack)."""
+REPRESENTATIVE_SIZE = 64
+"""The size every symbol takes where a rule asks a per-element quantity (FLOPs per element) of an op with
+dynamic dims: the answer is the same at any size; this one keeps dims like `(H - 1) / 32 + 1` above 0."""
 CHEAP_FLOPS = 4
 """A producer of at most this many FLOPs per element is cheap enough to recompute in each consumer."""
 GATE_POOLS = frozenset({"reduce_mean", "reduce_max", "global_avg_pool", "global_max_pool"})
@@ -46,6 +51,10 @@ template applies its epilogue once per stored vector, unrolled beside a tile of 
 on PoCL's CPU device a SiLU there (x * sigmoid(x)) cost more than its own kernel: efficientnet_b0 took
 8.4 ms of kernel time with its 48 SiLUs in conv epilogues, 6.2 with them apart; a 1x1 conv to
 [1, 96, 96, 96] + SiLU 3.3 ms against 1.0 + 0.2."""
+
+
+def op_symbols(op: Op) -> set[str]:
+    return {s for t in (*op.operand_types, *op.result_types) for s in t.symbols}
 
 
 def is_anchor(op: Op) -> bool:
@@ -89,42 +98,50 @@ def channel_shuffle_ops(v: Value) -> list[Op] | None:
     return [split, tr, back] if split_ok and v.type.shape == (n, c, h, w) else None
 
 
+def known_shape(t: TensorType) -> bool:
+    """Every dim an int or a symbolic expression (no anonymous `?`): shapes that compare by construction,
+    so the rules decide on them as on static ones wherever the decision does not need a size."""
+    return all(d is not None for d in t.shape)
+
+
 def keeps_rows(reshape: Op) -> bool:
-    """A reshape of static shapes that keeps the last axis (it merges or splits the rows only)."""
+    """A reshape that keeps the last axis (it merges or splits the rows only)."""
     x, y = reshape.operands[0].type, reshape.result.type
-    return x.is_static and y.is_static and x.rank >= 1 and y.rank >= 1 and x.dims[-1] == y.dims[-1]
+    return known_shape(x) and known_shape(y) and x.rank >= 1 and y.rank >= 1 and x.shape[-1] == y.shape[-1]
 
 
 def is_channel_shuffle(v: Value) -> bool:
     return channel_shuffle_ops(v) is not None
 
 
-def map_pixels(conv: Op) -> int:
-    """Output pixels per channel of a conv2d (1: an FC on pooled features, squeeze-excitation's)."""
+def one_pixel(conv: Op) -> bool:
+    """A conv2d whose output map is one pixel (an FC on pooled features, squeeze-excitation's)."""
     y = conv.result.type
-    return y.dims[2] * y.dims[3] if y.is_static and y.rank == 4 else 0
+    return y.rank == 4 and y.shape[2:] == (1, 1)
 
 
 def channel_factor(m: Op) -> tuple[Value, Value] | None:
     """(x, s) when `m` is a mul of a rank-4 x by an s that broadcasts along H and W only ([N or 1, C, 1,
     1], or [C, 1, 1]: one factor per image and channel), else None."""
     y = m.result.type
-    if y.rank != 4 or not y.is_static:
+    if y.rank != 4 or not known_shape(y):
         return None
     for x, s in (m.operands, m.operands[::-1]):
-        dims = (1,) * (4 - s.type.rank) + tuple(s.type.dims)
-        if x.type.shape == y.shape and s.type.rank <= 4 and dims[1] == y.dims[1] and dims[2:] == (1, 1) \
-                and dims[0] in (1, y.dims[0]):
+        if s.type.rank > 4 or not known_shape(s.type):
+            continue
+        dims = (1,) * (4 - s.type.rank) + tuple(s.type.shape)
+        if x.type.shape == y.shape and dims[1] == y.shape[1] and dims[2:] == (1, 1) \
+                and dims[0] in (1, y.shape[0]):
             return x, s
     return None
 
 
 def global_pool(op: Op) -> bool:
-    """A mean or max of a static rank-4 NCHW tensor over H and W to [N, C, 1, 1]."""
+    """A mean or max of a rank-4 NCHW tensor over H and W to [N, C, 1, 1]."""
     if op.name not in GATE_POOLS or len(op.results) != 1:
         return False
     x, y = op.operands[0].type, op.result.type
-    if x.rank != 4 or not x.is_static or y.rank != 4 or not y.is_static or y.dims[2:] != (1, 1):
+    if x.rank != 4 or not known_shape(x) or y.rank != 4 or not known_shape(y) or y.shape[2:] != (1, 1):
         return False
     if not op.name.startswith("reduce_"):
         return True
@@ -139,10 +156,10 @@ def pixel_fc(op: Op, index: int) -> bool:
         return False
     x, w = op.operands[0].type, op.operands[1].type
     return (
-        x.rank == 4 and x.is_static and x.dims[2:] == (1, 1) and w.rank == 4 and w.is_static
-        and w.dims[2:] == (1, 1) and op.attrs.get("groups", 1) == 1
+        x.rank == 4 and x.shape[2:] == (1, 1) and w.rank == 4 and w.shape[2:] == (1, 1)
+        and op.attrs.get("groups", 1) == 1
         and not any(op.attrs.get("pads", []))  # type: ignore[arg-type]
-        and map_pixels(op) == 1
+        and one_pixel(op)
     )
 
 
@@ -174,28 +191,50 @@ class FuserBase:
         self.pos = {id(op): i for i, op in enumerate(self.block.ops)}
 
     def fusible(self, op: Op) -> bool:
-        """An op this pass may move into a region: in the func body, static, not computed from constants."""
+        """An op this pass may move into a region: in the func body, of known shape (static or symbolic),
+        not computed from constants."""
         return (
             op.parent is self.block
             and op.name != "kernel"
             and len(op.results) == 1
-            and all(r.type.is_static for r in op.results)
+            and all(known_shape(r.type) for r in op.results)
             and not all(id(r) in self.constant for r in op.results)
         )
 
     def cost(self, op: Op) -> Cost:
+        """The op's cost; with dynamic dims, its cost at every symbol bound to REPRESENTATIVE_SIZE (what
+        the rules ask of it, FLOPs per element, does not depend on the size)."""
         opdef = get_op(op.name)
         try:
-            return opdef.cost(op_sig(op, self.module.resources)) if opdef else Cost()
-        except (OpError, ValueError, KeyError, TypeError):
+            if opdef is None:
+                return Cost()
+            if all(t.is_static for t in (*op.operand_types, *op.result_types)):
+                return opdef.cost(op_sig(op, self.module.resources))
+            binding = dict.fromkeys(op_symbols(op), REPRESENTATIVE_SIZE)
+            return opdef.cost(opdef.sig([evaluate_type(t, binding) for t in op.operand_types],
+                                        evaluate_attr(op.attrs, binding),
+                                        [evaluate_type(t, binding) for t in op.result_types],
+                                        self.module.resources))
+        except (OpError, ValueError, KeyError, TypeError, ZeroDivisionError):
             return Cost()
 
+    def elements(self, op: Op) -> int:
+        """Elements of the op's result (at REPRESENTATIVE_SIZE where dynamic, as `cost`; 0 if unknown)."""
+        t = op.result.type
+        if not t.is_static and known_shape(t):
+            t = evaluate_type(t, dict.fromkeys(t.symbols, REPRESENTATIVE_SIZE))
+        return t.numel if t.is_static else 0
+
+    def dear(self, op: Op) -> bool:
+        """At least CHEAP_FLOPS per result element."""
+        return self.cost(op).flops >= CHEAP_FLOPS * self.elements(op)
+
     def cheap(self, op: Op) -> bool:
-        n = op.result.type.numel
+        n = self.elements(op)
         return n > 0 and self.cost(op).flops <= CHEAP_FLOPS * n
 
     def flops_text(self, op: Op) -> str:
-        n = self.cost(op).flops // max(op.result.type.numel, 1)
+        n = self.cost(op).flops // max(self.elements(op), 1)
         return f"{n} FLOP{'' if n == 1 else 's'} per element"
 
     def missed(self, reason: str, ops: Sequence[Op], message: str) -> None:

@@ -4,7 +4,8 @@ at most a couple of layout changes.
 1. Anchors: each 4-D f32 `conv2d` whose input (output) channels are a multiple of `block` reads (writes)
    the layout: `x -> conv -> users` becomes `pack(x) -> unpack -> conv -> pack -> unpack -> users`. A conv
    with only one side's channels a multiple (the 3-channel stem) gets that side; one with neither is
-   refused (`channels-not-multiple`), as are dynamic shapes and other element types. A grouped conv takes
+   refused (`channels-not-multiple`), as are dynamic channel counts (`dynamic-shape`; symbolic N, H and W
+   are not: the decisions depend on the channels only) and other element types. A grouped conv takes
    a side only when its groups' channels are whole blocks (`group-not-multiple`); a side a conv refused
    is no anchor there (the cleanup folds the pairs around it). A conv whose input and output maps are
    one pixel (an FC on pooled features: squeeze-excitation's) is refused (`one-pixel`): its channels are
@@ -53,7 +54,7 @@ from ..ir.ops.registry import get_op, load_all
 from ..ir.types import TensorType
 from .common import const_array, const_attr, const_op, make_const_attr
 from .manager import Pass, PassContext
-from .propagate_layout_algebra import ANCHORS, POOLS, TO_NHWC, ZERO_SAFE, Layout, ints
+from .propagate_layout_algebra import ANCHORS, POOLS, TO_NHWC, ZERO_SAFE, Layout, channels, ints
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
 
@@ -135,20 +136,21 @@ class PropagateLayout(Pass):
         x, y = conv.operands[0].type, conv.result.type
         self._nchw_in.add(id(conv))  # until a side is given the layout
         self._nchw_out.add(id(conv))
-        if not (x.is_static and y.is_static):
+        if channels(x) is None or channels(y) is None:
             self.stat("num-refused")
-            ctx.remark_missed("layout", "dynamic-shape", [conv], f"conv2d on {x} has a dynamic shape")
+            ctx.remark_missed("layout", "dynamic-shape", [conv],
+                              f"conv2d {x} -> {y}: its channel count is dynamic (or a dim is '?')")
             return
         if x.rank != 4 or x.dtype != "f32":
             self.stat("num-refused")
             ctx.remark_missed("layout", "unsupported-type", [conv], f"conv2d on {x}: 4-D f32 only")
             return
-        if x.dims[2:] == (1, 1) and y.dims[2:] == (1, 1):
+        if x.shape[2:] == (1, 1) and y.shape[2:] == (1, 1):
             self.stat("num-refused")
             ctx.remark_missed("layout", "one-pixel", [conv], f"conv2d on a one-pixel map {x} (an FC on "
                               "pooled features): its channels are contiguous in NCHW already")
             return
-        c_in, c_out = x.dims[1], y.dims[1]
+        c_in, c_out = x.shape[1], y.shape[1]
         side_in, side_out = lay.takes(c_in), lay.takes(c_out)
         g = conv.attrs.get("groups", 1)
         groups = g if isinstance(g, int) else 1
@@ -195,8 +197,7 @@ class PropagateLayout(Pass):
             # reading NCHW whose result a conv reads blocked (writing the layout is free)
             if not _top_level(op):
                 return False
-            if len(op.results) != 1 or op.result.type.rank != 4 or not op.result.type.is_static \
-                    or not lay.takes(op.result.type.dims[1]):
+            if len(op.results) != 1 or (c := channels(op.result.type)) is None or not lay.takes(c):
                 return False
             users = op.result.users
             if len(users) == 1 and lay.is_to(users[0]):
@@ -222,8 +223,8 @@ class PropagateLayout(Pass):
             if not _top_level(op):
                 return False
             inner = op.operands[0].op
-            if not (lay.is_to(op) and lay.is_back(inner)) or not op.operands[0].type.is_static \
-                    or not lay.takes(op.operands[0].type.dims[1]):
+            if not (lay.is_to(op) and lay.is_back(inner)) or (c := channels(op.operands[0].type)) is None \
+                    or not lay.takes(c):
                 return False
             assert inner is not None
             if inner.operands[0].type != op.result.type:
@@ -246,7 +247,7 @@ class PropagateLayout(Pass):
             return None
         if all(d == 1 for d in v.type.dims) and v.type.rank <= 4:
             return v  # broadcasts the same in any layout
-        shape = lay.convert_shape(v.type.dims, out.dims[1])
+        shape = lay.convert_shape(v.type.dims, out.shape[1])
         if shape is None:
             return None
         t = TensorType(shape, v.type.dtype)
@@ -284,15 +285,15 @@ class PropagateLayout(Pass):
             if d is None or not d.has("elementwise") or len(op.results) != 1 or op.regions:
                 return False
             out = op.result.type
-            if out.rank != 4 or not out.is_static or not any(lay.is_back(v.op) for v in op.operands):
+            if (c := channels(out)) is None or not any(lay.is_back(v.op) for v in op.operands):
                 return False
-            if not lay.accepts(out.dims[1]) and op.name not in ZERO_SAFE:
+            if not lay.accepts(c) and op.name not in ZERO_SAFE:
                 return False  # padding channels would hold f(0, ...): only ops keeping them finite
             if not all(lay.is_back(v.op) and v.type == out or const_attr(v) is not None for v in op.operands):
                 return False
             if any(
                 const_attr(v) is not None
-                and lay.convert_shape(v.type.dims, out.dims[1]) is None
+                and lay.convert_shape(v.type.dims, c) is None
                 and not all(s == 1 for s in v.type.dims)
                 for v in op.operands
             ):
@@ -315,7 +316,8 @@ class PropagateLayout(Pass):
             axis = op.attrs["axis"]
             if out.rank != 4 or not isinstance(axis, int) or axis % 4 != 1:
                 return False
-            if not all(lay.is_back(v.op) and lay.accepts(v.type.dims[1]) for v in op.operands):
+            if not all(lay.is_back(v.op) and (c := channels(v.type)) is not None and lay.accepts(c)
+                       for v in op.operands):
                 return False
             srcs = [v.op.operands[0] for v in op.operands]  # type: ignore[union-attr]
             new = rw.create(op, "concat", srcs, [lay.to_type(out)], {"axis": lay.channel_axis})
@@ -516,14 +518,15 @@ class PropagateLayout(Pass):
                     f"'conv2d' reads NCHW: its channels are not a multiple of {lay.block}",
                     [u],
                 )
-            if u.name == "concat" and not all(lay.accepts(v.type.dims[1]) for v in u.operands):
+            if u.name == "concat" and not all((c := channels(v.type)) is not None and lay.accepts(c)
+                                              for v in u.operands):
                 return (
                     op,
                     "channels-not-multiple",
                     f"'concat' has inputs with channels not a multiple of {lay.block}",
                     [u],
                 )
-            c = op.result.type.dims[1] if op.result.type.rank == 4 else 0
+            c = channels(op.result.type) or 0
             if d is not None and d.has("elementwise") and not lay.accepts(c) and u.name not in ZERO_SAFE:
                 return (
                     op,

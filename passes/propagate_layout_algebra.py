@@ -83,8 +83,8 @@ class Layout:
 
     def to_type(self, t: TensorType) -> TensorType:
         if self.kind == "nhwc":
-            return TensorType(tuple(t.dims[p] for p in TO_NHWC), t.dtype)
-        return TensorType(packed_shape(t.dims, [1], [self.block], list(range(4))), t.dtype)
+            return TensorType(tuple(t.shape[p] for p in TO_NHWC), t.dtype)
+        return TensorType(packed_shape(t.shape, [1], [self.block], list(range(4))), t.dtype)
 
     def to(self, rw: Rewriter, anchor: Op, v: Value, after: bool = False) -> Value:
         """The converted `v`, made by an op inserted before `anchor` (after it when `after`)."""
@@ -110,7 +110,7 @@ class Layout:
             "unpack",
             v,
             like,
-            {"inner_dims_pos": [1], "inner_tiles": [self.block], "shape": list(like.dims)},
+            {"inner_dims_pos": [1], "inner_tiles": [self.block], "shape": list(like.shape)},
             after,
         )
 
@@ -139,6 +139,14 @@ class Layout:
             a = np.pad(a, [(0, 0), (0, -c % self.block), (0, 0), (0, 0)])
         cb = a.shape[1] // self.block
         return np.ascontiguousarray(a.reshape(n, cb, self.block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def channels(t: TensorType) -> int | None:
+    """The channel count of a rank-4 NCHW type whose channels are static and whose other dims are known
+    (static or symbolic: a layout decision depends on the channels only); else None."""
+    if t.rank != 4 or type(t.shape[1]) is not int or any(d is None for d in t.shape):
+        return None
+    return t.shape[1]
 
 
 def ints(op: Op, name: str) -> list[int]:

@@ -11,9 +11,11 @@ shape as its `shape` attribute and drops the padding.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from ..symbolic import Sym
 from ..types import TensorType
 from .registry import Cost, OpDef, Sig, attr, check, register
 
@@ -35,18 +37,19 @@ def _layout(sig: Sig, rank: int) -> tuple[list[int], list[int], list[int]]:
 
 
 def packed_shape(
-    shape: tuple[int, ...], dims: list[int], tiles: list[int], perm: list[int]
-) -> tuple[int, ...]:
+    shape: tuple[Any, ...], dims: list[int], tiles: list[int], perm: list[int]
+) -> tuple[Any, ...]:
+    """The packed shape; a symbolic dim packs to its ceiling quotient ([(H + 15) / 16])."""
     tile_of = dict(zip(dims, tiles, strict=True))
-    outer = [math.ceil(s / tile_of[i]) if i in tile_of else s for i, s in enumerate(shape)]
+    outer = [-(-s // tile_of[i]) if i in tile_of else s for i, s in enumerate(shape)]
     return tuple([outer[p] for p in perm] + tiles)
 
 
 def _pack_infer(sig: Sig) -> list[TensorType]:
     x = sig.operands[0]
-    check(x.is_static, f"pack needs a static shape, got {x}")
+    check(all(d is not None for d in x.shape), f"pack needs known dims (static or symbolic), got {x}")
     dims, tiles, perm = _layout(sig, x.rank)
-    return [TensorType(packed_shape(x.dims, dims, tiles, perm), x.dtype)]
+    return [TensorType(packed_shape(x.shape, dims, tiles, perm), x.dtype)]
 
 
 def _split_order(padded: list[int], dims: list[int], tiles: list[int],
@@ -100,11 +103,11 @@ def _pack_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
 
 def _unpack_infer(sig: Sig) -> list[TensorType]:
     y = sig.operands[0]
-    shape = [int(s) for s in sig["shape"]]
-    check(all(s >= 0 for s in shape), f"shape {shape} has a negative dim")
+    shape = [s if isinstance(s, Sym) else int(s) for s in sig["shape"]]
+    check(all(isinstance(s, Sym) or s >= 0 for s in shape), f"shape {shape} has a negative dim")
     dims, tiles, perm = _layout(sig, len(shape))
     want = packed_shape(tuple(shape), dims, tiles, perm)
-    check(y.dims == want, f"operand {y} is not a packing of shape {shape} (that packs to {list(want)})")
+    check(y.shape == want, f"operand {y} is not a packing of shape {shape} (that packs to {list(want)})")
     return [TensorType(tuple(shape), y.dtype)]
 
 
@@ -144,7 +147,7 @@ register(
         ("x",),
         infer=_unpack_infer,
         reference=_unpack_ref,
-        attrs={**LAYOUT_ATTRS, "shape": attr("ints")},
+        attrs={**LAYOUT_ATTRS, "shape": attr("dims")},
         traits=PURE,
         cost=_copy_cost,
         doc="Inverse of `pack` with the same layout attributes; `shape` is the unpacked shape "

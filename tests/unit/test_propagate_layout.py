@@ -161,7 +161,7 @@ def test_lit_cases_compute_the_same(layout: str) -> None:
     for text in cases:
         module = parse_module(text, "propagate-layout.tsl")
         func = module.funcs[0]
-        inputs = list(random_inputs(func, seed=3, sizes={"H": 6, "W": 5}).values())  # sizes: @dynamic's
+        inputs = list(random_inputs(func, seed=3, sizes={"H": 6, "W": 5, "C": 4}).values())  # @dynamic*
         before = run_func(module, func, inputs)
         run_pipeline(module, f"propagate-layout{{layout={layout}}}")
         after = run_func(module, module.funcs[0], inputs)
