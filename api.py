@@ -50,9 +50,11 @@ _ONNX_TYPE = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "doub
               "ui16": "uint16", "ui8": "uint8", "i1": "bool"}
 
 
-def _node_arg(name: str, t: Any) -> NodeArg:
-    """A symbolic dim reads as its name (or expression), as onnxruntime gives a dim_param; `?` as None."""
-    shape = [d if d is None or isinstance(d, int) else str(d) for d in t.shape]
+def _node_arg(name: str, t: Any, unnamed: frozenset[str] = frozenset()) -> NodeArg:
+    """A symbolic dim reads as its name (or expression), as onnxruntime gives a dim_param; `?`, and a dim
+    the model left unnamed (-1, 0 or no dim_param: the importer's `unnamed_dims`), as None."""
+    shape = [d if d is None or isinstance(d, int) else None if d.symbols() & unnamed else str(d)
+             for d in t.shape]
     return NodeArg(name, shape, f"tensor({_ONNX_TYPE.get(t.dtype, t.dtype)})", t.dtype)
 
 
@@ -145,8 +147,9 @@ class CompiledModel:
         from .ir.interpreter import output_names
 
         self._inputs = self._describe(self.func)
-        self._outputs = [_node_arg(n, t) for n, t in zip(output_names(self.func), self.func.result_types,
-                                                         strict=True)]
+        unnamed = frozenset(self.func.attrs.get("unnamed_dims") or ())
+        self._outputs = [_node_arg(n, t, unnamed) for n, t in zip(output_names(self.func),
+                                                                  self.func.result_types, strict=True)]
         self._lock = threading.Lock()
         self._device = device
         self._exe: Any = None
@@ -159,7 +162,8 @@ class CompiledModel:
     def _describe(func: Func) -> list[NodeArg]:
         from .ir.interpreter import input_names
 
-        return [_node_arg(n, v.type) for n, v in zip(input_names(func), func.args, strict=True)]
+        unnamed = frozenset(func.attrs.get("unnamed_dims") or ())
+        return [_node_arg(n, v.type, unnamed) for n, v in zip(input_names(func), func.args, strict=True)]
 
     # onnxruntime's interface ---------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -232,12 +236,17 @@ class CompiledModel:
 
     @staticmethod
     def _call(fn: Any, *args: Any) -> Any:
-        """`fn(*args)`, with the sizes of a dynamic func's inputs not fitting it raised as InvalidArgument."""
+        """`fn(*args)`, with the sizes of a dynamic func's inputs not fitting it (or sizes the model cannot
+        run at: a failed `assert`) raised as InvalidArgument."""
+        from .ir.ops.control import AssertionFailed
+
         try:
             return fn(*args)
+        except AssertionFailed as e:  # an `assert` the host plan checked
+            raise InvalidArgument(str(e)) from None
         except DiagnosticError as e:
             d = e.diagnostics[0]
-            if "do not fit func" not in d.message:
+            if "do not fit func" not in d.message and "cannot run at these input sizes" not in d.message:
                 raise
             raise InvalidArgument(d.message + "".join(f"; {n}" for n in d.notes)) from None
 

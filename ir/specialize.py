@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from .attributes import DenseAttr
 from .core import Block, Func, Module, Op, Region, Value
 from .diagnostics import Diagnostic, DiagnosticError
 from .errors import OpError
 from .ops.control import block_arg_types, result_types
-from .ops.registry import get_op, has_trait
+from .ops.registry import get_op, has_trait, op_sig
 from .resources import ResourceTable
 from .symbolic import Sym, evaluate, format_dim
 from .types import TensorType
@@ -142,7 +145,36 @@ class _Specializer:
 
     def block(self, old: Block, new: Block, mapping: dict[int, Value]) -> None:
         for op in old.ops:
-            new.append(self.op(op, mapping))
+            try:
+                new.append(self.op(op, mapping))
+            except DiagnosticError:
+                # an op that does not fit these sizes after an `assert` that fails at them: the assert's
+                # message says why (the model cannot run at these sizes)
+                for a in new.ops:
+                    if a.name == "assert" and self.known_false(a.operands[0]):
+                        raise self.error(a, str(a.attrs.get("message", "assertion failed")), sizes=False) \
+                            from None
+                raise
+
+    def known_false(self, v: Value) -> bool:
+        """Whether `v` (one i1) is false at these sizes, computed from constants and sizes only."""
+        x = self.constant_value(v, 0)
+        return x is not None and x.size == 1 and not bool(x.reshape(-1)[0])
+
+    def constant_value(self, v: Value, depth: int) -> np.ndarray | None:
+        op = v.op
+        opdef = get_op(op.name) if op is not None else None
+        if op is None or opdef is None or op.regions or not opdef.has("pure") or depth > 32:
+            return None
+        args = [self.constant_value(x, depth + 1) for x in op.operands]
+        if any(a is None for a in args):
+            return None
+        try:
+            out = opdef.reference(op_sig(op, self.module.resources), *args)
+        except Exception:  # noqa: BLE001 - not computable here is all this needs to know
+            return None
+        outs = list(out) if isinstance(out, list | tuple) else [out]
+        return np.asarray(outs[op.results.index(v)])
 
     def op(self, op: Op, mapping: dict[int, Value]) -> Op:
         operands = [mapping[id(v)] for v in op.operands]
@@ -151,6 +183,7 @@ class _Specializer:
         regions = []
         control = (block_arg_types(op.name, [v.type for v in operands], attrs)
                    if has_trait(op.name, "control") else None)
+        failed: dict[int, DiagnosticError] = {}
         for k, r in enumerate(op.regions):
             region = Region()
             for b in r.blocks:
@@ -159,9 +192,16 @@ class _Specializer:
                          else [self.static(a.type, op) for a in b.args])
                 nb = Block(types, [a.name for a in b.args])
                 mapping.update({id(a): x for a, x in zip(b.args, nb.args, strict=True)})
-                self.block(b, nb, mapping)
+                try:
+                    self.block(b, nb, mapping)
+                except DiagnosticError as e:
+                    if op.name != "if":
+                        raise
+                    failed[k] = e
                 region.add_block(nb)
             regions.append(region)
+        if failed:
+            self.unreachable(op, regions, failed)
         types = self.result_types(op, operands, attrs, regions)
         new = Op(op.name, operands, types, attrs, regions, op.loc, [r.name for r in op.results], op.pos)
         mapping.update({id(r): x for r, x in zip(op.results, new.results, strict=True)})
@@ -207,9 +247,34 @@ class _Specializer:
             raise self.error(op, f"'{op.name}' op has a region argument {t} whose dims no input gives")
         return s
 
-    def error(self, op: Op, message: str) -> DiagnosticError:
-        sizes = ", ".join(f"{k} = {v}" for k, v in sorted(self.binding.items()))
-        d = Diagnostic("error", message + (f" (with {sizes})" if sizes else ""), op.pos, op.loc)
+    def unreachable(self, op: Op, regions: list[Region], failed: dict[int, DiagnosticError]) -> None:
+        """The branches of `if` `op` that do not fit these sizes (the squeeze of a dim that is not 1 here)
+        become a region that fails the run with the reason, as the model cannot run down that branch at
+        these sizes; it yields zeros of the other branch's types. Raises when no branch fits."""
+        if len(failed) == len(regions):
+            raise failed[0]
+        fits = next(k for k in range(len(regions)) if k not in failed)
+        want = regions[fits].block.ops[-1].operand_types
+        for k, e in failed.items():
+            nb = Block([], [])
+            flag = nb.append(Op("const", [], [TensorType((), "i1")],
+                                {"value": DenseAttr.splat(False, TensorType((), "i1"))}, loc=op.loc))
+            reason = e.diagnostics[0].message
+            nb.append(Op("assert", [flag.result], [], {
+                "message": f"the model cannot run at these input sizes: its branch #{k} of 'if' does not fit "
+                           f"them: {reason}"}, loc=op.loc))
+            zeros = [nb.append(Op("const", [], [t], {"value": DenseAttr.splat(0, t)}, loc=op.loc)).result
+                     for t in want]
+            nb.append(Op("yield", zeros))
+            old = regions[k].block
+            for inner in list(old.ops):
+                for x in list(inner.walk()):
+                    x.drop_operands()
+            regions[k] = Region([nb])
+
+    def error(self, op: Op, message: str, sizes: bool = True) -> DiagnosticError:
+        text = ", ".join(f"{k} = {v}" for k, v in sorted(self.binding.items())) if sizes else ""
+        d = Diagnostic("error", message + (f" (with {text})" if text else ""), op.pos, op.loc)
         return DiagnosticError(d)
 
 

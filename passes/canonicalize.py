@@ -134,6 +134,14 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         rw.replace_op(op, values)
         return True
 
+    def drop_true_assert(op: Op, rw: Rewriter) -> bool:
+        # assert(const true) -> nothing (a false one stays: the run fails there)
+        c = const_array(op.operands[0], module)
+        if c is None or not bool(np.asarray(c).reshape(-1)[0]):
+            return False
+        rw.erase_op(op)
+        return True
+
     def forward_operand(op: Op, rw: Rewriter) -> bool:
         # identity(x) -> x
         rw.replace_op(op, [op.operands[0]])
@@ -313,6 +321,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         "pow": [neutral(1.0, False), square],
         "identity": [forward_operand],
         "if": [fold_constant_if],
+        "assert": [drop_true_assert],
         "transpose": [compose_transposes],
         "reshape": [compose_reshapes, reshape_before_transpose],
         "gather": [gather_before_transpose, gathers_to_split],

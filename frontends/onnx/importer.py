@@ -164,6 +164,19 @@ def symbolic_dims(inputs: Sequence[onnx.ValueInfoProto],
     return out
 
 
+def unnamed_symbols(inputs: Sequence[onnx.ValueInfoProto], fixed: Mapping[str, Sequence[int]]) -> set[str]:
+    """The symbols `symbolic_dims` made up for dims the model does not name (-1, 0, no dim_param, '?')."""
+    named = symbolic_dims(inputs, fixed)
+    out: set[str] = set()
+    for vi in inputs:
+        if vi.name in fixed:
+            continue
+        for d, sym in zip(vi.type.tensor_type.shape.dim, named[vi.name], strict=True):
+            if isinstance(sym, Sym) and not (d.dim_param and re.search(r"[A-Za-z0-9]", d.dim_param)):
+                out |= sym.symbols()
+    return out
+
+
 def sanitize_symbol(name: str) -> str:
     """A dim_param as a symbol name: letters, digits and _, not starting with a digit, not a keyword."""
     s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "d"
@@ -313,6 +326,9 @@ def import_model(data: bytes, filename: str = "<stdin>",
         arg_types.append(TensorType(tuple(symbolic[vi.name]), dtype))
 
     func = Func.new("main", arg_types, [vi.name for vi in graph_inputs], [])
+    unnamed = sorted(unnamed_symbols(graph_inputs, input_shapes))
+    if unnamed:  # what get_inputs() reports as None, as onnxruntime does for a dim without a dim_param
+        func.attrs["unnamed_dims"] = unnamed
     func.arg_attrs = [{"name": vi.name} if sanitize(vi.name) != vi.name else {} for vi in graph_inputs]
     module.funcs.append(func)
     b = Builder(module, func.block, opset)
@@ -325,19 +341,67 @@ def import_model(data: bytes, filename: str = "<stdin>",
         except ConversionError as e:
             raise _err(f"'{filename}': {e}") from None
 
-    for i, node in enumerate(graph.node):
-        convert_node(b, node, i, env, filename)
+    def outputs(env: dict[str, Tensor]) -> list[Tensor]:
+        missing = [vi.name for vi in graph.output if vi.name not in env]
+        if missing:
+            raise _err(f"'{filename}': graph output '{missing[0]}' is produced by no node")
+        return [env[vi.name] for vi in graph.output]
 
-    results = []
-    for vi in graph.output:
-        t = env.get(vi.name)
-        if t is None:
-            raise _err(f"'{filename}': graph output '{vi.name}' is produced by no node")
-        results.append(b.value(t))
+    results = [b.value(t) for t in convert_nodes(b, list(graph.node), env, filename, outputs)]
     func.block.append(Op("return", results))
     func.result_types = [v.type for v in results]
     func.result_attrs = [{"name": vi.name} for vi in graph.output]
     return module
+
+
+class Diverge(Exception):
+    """Raised by the If converter when its branches give values of different types (a squeeze taken only
+    when a size is 1): the node loop then converts the rest of the graph into each branch (`split_at`)."""
+
+    def __init__(self, cond: Tensor, branches: Sequence[Any], message: str):
+        super().__init__(message)
+        self.cond, self.branches, self.message = cond, list(branches), message
+
+
+MAX_SPLITS = 3
+"""Most Ifs on one path whose branches are each given their own copy of the rest of the graph (each one
+doubles what follows it)."""
+
+
+def convert_nodes(b: Builder, nodes: Sequence[onnx.NodeProto], env: dict[str, Tensor], filename: str,
+                  finish: Any, start: int = 0, splits: int = 0) -> list[Tensor]:
+    """Convert `nodes` (the graph's from index `start` on) into `b`'s block and return `finish(env)`, the
+    graph's outputs. An If whose branches disagree in type (Diverge) becomes an `if` whose regions each
+    hold their branch and a copy of the nodes after it, yielding the outputs (the types agree there:
+    the branches of silero-vad's decoder squeeze a dim only where it is 1, and its outputs are the same
+    either way); specialized to sizes, the condition folds and one copy is left."""
+    for i in range(start, len(nodes)):
+        try:
+            convert_node(b, nodes[i], i, env, filename)
+        except Diverge as d:
+            where = f"'{filename}': ONNX node '{nodes[i].name or f'If_{i}'}' (If)"
+            if splits >= MAX_SPLITS:
+                raise _err(f"{where}: {d.message} (and {MAX_SPLITS} Ifs before it on this path already have "
+                           "the rest of the graph copied into their branches)") from None
+            from .ops.control import split_at
+
+            try:
+                return split_at(b, nodes[i], d, env, lambda e, after=i + 1: convert_nodes(
+                    b, nodes, e, filename, finish, after, splits + 1))
+            except ConversionError as e:
+                raise _err(f"{where}: {e}") from None
+    return finish(env)
+
+
+def bind_outputs(node: onnx.NodeProto, outs: Sequence[Tensor | None], env: dict[str, Tensor]) -> None:
+    """Record a converted node's outputs in `env` (an IR value takes the ONNX output's name)."""
+    for n, t in zip(node.output, outs, strict=False):
+        if n and t is not None:  # an output a converter leaves as None (a Dropout mask) must go unused
+            if not t.is_const and t.value is not None and t.value.name is None:
+                t.value.name = n
+            elif t.is_const and t.name is None:  # a folded constant (a ConstantOfShape weight) keeps its name
+                t.name = n
+            env[n] = t
 
 
 def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Tensor], filename: str) -> None:
@@ -373,14 +437,7 @@ def convert_node(b: Builder, node: onnx.NodeProto, index: int, env: dict[str, Te
     except (ConversionError, OpError) as e:
         needed = _inputs_needed(b, conv.fn, inputs, attrs) if NEEDS_CONSTANT.search(str(e)) else []
         raise fail(str(e), [constant_hint(needed)] if needed else []) from None
-    outs = list(out) if isinstance(out, list | tuple) else [out]
-    for n, t in zip(node.output, outs, strict=False):
-        if n and t is not None:  # an output a converter leaves as None (a Dropout mask) must go unused
-            if not t.is_const and t.value is not None and t.value.name is None:
-                t.value.name = n
-            elif t.is_const and t.name is None:  # a folded constant (a ConstantOfShape weight) keeps its name
-                t.name = n
-            env[n] = t
+    bind_outputs(node, list(out) if isinstance(out, list | tuple) else [out], env)
 
 
 class _Watched(Tensor):
@@ -469,17 +526,18 @@ class Subgraph:
                 where = f"opset {b.opset}" if node.domain in DEFAULT_DOMAINS else f"domain '{node.domain}'"
                 raise ConversionError(f"subgraph '{g.name}' uses {node.op_type} ({where}), which is not "
                                       "supported (no converter)")
+        def outputs(env: dict[str, Tensor]) -> list[Tensor]:
+            missing = [vi.name for vi in g.output if vi.name not in env]
+            if missing:
+                raise ConversionError(f"subgraph '{g.name}' output '{missing[0]}' is produced by no node")
+            return [env[vi.name] for vi in g.output]
+
         saved = b.loc, b.node_name, b.outputs
         try:
-            for i, node in enumerate(g.node):
-                convert_node(b, node, i, env, self.filename)
+            return convert_nodes(b, list(g.node), env, self.filename, outputs)
         except DiagnosticError as e:
             for d in e.diagnostics:
                 d.note(f"in subgraph '{g.name}' of {saved[0][0] if saved[0] else 'a node'}")
             raise
         finally:
             b.loc, b.node_name, b.outputs = saved
-        missing = [vi.name for vi in g.output if vi.name not in env]
-        if missing:
-            raise ConversionError(f"subgraph '{g.name}' output '{missing[0]}' is produced by no node")
-        return [env[vi.name] for vi in g.output]

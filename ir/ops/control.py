@@ -21,8 +21,12 @@ Their regions are not isolated: they read the values of the blocks around them. 
   `scan_input_axes` (walked backwards where `scan_input_directions` is 1); the body takes (states, one
   slice of each scan input) and yields (states, output slices); results are the final states, then the
   output slices stacked along `scan_output_axes` (reversed where `scan_output_directions` is 1).
+- `assert %cond {message = "..."}`: no results; fails the run with `message` when the one-element i1
+  `cond` is false. The importer writes one where a model cannot run at some sizes (an If whose branch
+  for those sizes does not convert); canonicalize erases it once `cond` is a constant true, as it is
+  in a func specialized to sizes where the model runs.
 The interpreter runs the regions; the OpenCL target runs each region's kernels from the host, which
-reads back the condition or trip count (targets/opencl/control.py).
+reads back the condition or trip count (targets/opencl/control.py), and checks an `assert` there.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from typing import Any
 import numpy as np
 
 from ..types import TensorType
-from .registry import Cost, OpDef, Sig, attr, check, norm_axis, register
+from .registry import Cost, OpDef, OpError, Sig, attr, check, norm_axis, register
 
 CONTROL = frozenset({"control"})
+HOST = frozenset({"host"})
+"""Ops with an effect the host carries out (an `assert` failing the run): never erased as dead code."""
 RunRegion = Callable[[int, Sequence[np.ndarray]], list[np.ndarray]]
 """How a control op's reference runs region k on block arguments (the interpreter passes it)."""
 
@@ -196,3 +202,18 @@ register(OpDef("scan", ("inputs*",), infer=_infer, reference=_scan_ref, results=
                traits=CONTROL, cost=lambda sig: Cost(),
                doc="ONNX Scan: the body runs on the states and one slice of each scan input per step; "
                    "results: the final states, then the output slices stacked along their axes."))
+
+
+class AssertionFailed(OpError):
+    """A run reached an `assert` whose condition is false: the model cannot run on these inputs."""
+
+
+def _assert_ref(sig: Sig, cond: np.ndarray, **_: Any) -> list[np.ndarray]:
+    if not _flag(cond):
+        raise AssertionFailed(str(sig["message"]))
+    return []
+
+
+register(OpDef("assert", ("cond",), infer=lambda sig: [], reference=_assert_ref, results=0,
+               attrs={"message": attr("str")}, verify=_verify_if, traits=HOST, cost=lambda sig: Cost(),
+               doc="Fails the run with `message` when `cond` (one i1) is false; no results."))

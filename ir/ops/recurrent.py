@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..types import TensorType
-from .registry import Cost, OpDef, Sig, attr, check, io_bytes, register
+from .registry import Cost, OpDef, Sig, attr, check, io_bytes, may_equal, register
 
 ACTIVATIONS = ("tanh", "relu", "sigmoid")
 
@@ -43,7 +43,7 @@ def gates(op_name: str) -> int:
 def _fits(shape: tuple[int | None, ...], want: tuple[int | None, ...]) -> bool:
     if len(shape) != len(want):
         return False
-    return all(a is None or b is None or a == b for a, b in zip(shape, want, strict=True))
+    return all(may_equal(a, b) for a, b in zip(shape, want, strict=True))
 
 
 def _infer_for(op_name: str) -> Callable[[Sig], list[TensorType]]:

@@ -211,6 +211,12 @@ def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def may_equal(a: Any, b: Any) -> bool:
+    """Dims that may be the same size: equal, or either one dynamic (`?` or symbolic: the model has them
+    equal, as broadcasting assumes; a func specialized to sizes where they differ fails there)."""
+    return a is None or b is None or a == b or isinstance(a, Sym) or isinstance(b, Sym)
+
+
 def _fmt_shape(s: tuple[Any, ...]) -> str:
     return "[" + ",".join(format_dim(d) for d in s) + "]"
 

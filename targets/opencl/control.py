@@ -9,8 +9,11 @@ region it picks; `loop` reads its trip count and condition, and runs its body's 
 (the body compiled once per size, its kernels launched each iteration); `scan` runs its body's plan on each
 slice. Regions' plans are made the same way, recursively, and kept.
 
-Values cross between the parts through the host (fine-grained SVM on PoCL makes that a copy, not a
-transfer); loop-carried values do not yet stay on the device between iterations.
+Values stay on the device between the parts: a segment's results are DeviceArrays (runtime.py) over its
+result slots, which the next segment's run copies device to device; what a region yields is copied out of
+those slots on the device (a loop's next iteration runs the same segments again), so loop-carried values
+never cross to the host. The host reads back only what it decides on (a condition, a trip count), a
+scan's inputs (it slices them) and the func's results.
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from ...ir.core import Block, Func, Module, Op, Region, Value
 from ...ir.ops.registry import get_op, has_trait, op_sig
 from ...ir.resources import ResourceTable
 from .dynamic import SPECIALIZE, DynamicExecutable
+from .runtime import DeviceArray
+
+
+def on_host(op: Op) -> bool:
+    """An op the host plan carries out: `if`, `loop`, `scan` and `assert`."""
+    return has_trait(op.name, "control") or has_trait(op.name, "host")
 
 
 def has_control(func: Func) -> bool:
-    """Whether `func`'s body holds an `if`, `loop` or `scan` (which the host plan runs)."""
-    return any(has_trait(op.name, "control") for op in func.block.ops)
+    """Whether `func`'s body holds an `if`, `loop`, `scan` or `assert` (which the host plan runs)."""
+    return any(on_host(op) for op in func.block.ops)
 
 
 def _clone(op: Op, mapping: dict[int, Value]) -> Op:
@@ -102,9 +111,9 @@ class _Segment:
         self.module = Module(module.name, [func], dict(module.attrs), table)
         self.runner = DynamicExecutable(self.module, func, device, **options)
 
-    def run(self, env: dict[int, np.ndarray]) -> None:
-        outs = self.runner.run([env[id(v)] for v in self.inputs])
-        env.update({id(v): np.asarray(o) for v, o in zip(self.outputs, outs, strict=True)})
+    def run(self, env: dict[int, Any]) -> None:
+        outs = self.runner.run([env[id(v)] for v in self.inputs], on_device=True)
+        env.update({id(v): o for v, o in zip(self.outputs, outs, strict=True)})
 
 
 class Plan:
@@ -119,7 +128,7 @@ class Plan:
         group: list[Op] = []
         k = 0
         for i, op in enumerate(ops + [None]):  # type: ignore[list-item]
-            if op is None or has_trait(op.name, "control"):
+            if op is None or on_host(op):
                 if group:
                     later = {id(v) for v in _reads(ops[i:] + [block.ops[-1]])}
                     self.steps.append(_Segment(module, group, later, k, pipeline, device, options))
@@ -138,27 +147,32 @@ class Plan:
             self.sub[id(region)] = p
         return p
 
-    def run(self, env: dict[int, np.ndarray]) -> list[np.ndarray]:
+    def run(self, env: dict[int, Any]) -> list[Any]:
         for step in self.steps:
             if isinstance(step, _Segment):
                 step.run(env)
             else:
                 outs = self.control(step, env)
-                env.update({id(r): np.asarray(o) for r, o in zip(step.results, outs, strict=True)})
+                env.update({id(r): o for r, o in zip(step.results, outs, strict=True)})
         return [env[id(v)] for v in self.terminator.operands]
 
-    def region(self, op: Op, k: int, env: dict[int, np.ndarray],
-               args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def region(self, op: Op, k: int, env: dict[int, Any], args: Sequence[Any]) -> list[Any]:
+        """Run region `k` of `op` on block arguments `args`. What it yields is copied, on the device, out
+        of the slots of the segments that made it (a loop's next iteration runs them again)."""
         region = op.regions[k]
         inner = dict(env)
-        inner.update({id(a): np.asarray(x) for a, x in zip(region.block.args, args, strict=True)})
-        return self.plan_of(region).run(inner)
+        inner.update({id(a): x for a, x in zip(region.block.args, args, strict=True)})
+        return [o.detached() if isinstance(o, DeviceArray) else o for o in self.plan_of(region).run(inner)]
 
-    def control(self, op: Op, env: dict[int, np.ndarray]) -> list[np.ndarray]:
-        """Run `if`, `loop` or `scan` `op` by its registry reference, whose regions run as plans."""
+    def control(self, op: Op, env: dict[int, Any]) -> list[Any]:
+        """Run `if`, `loop`, `scan` or `assert` `op` by its registry reference, whose regions run as plans:
+        the host reads back a condition or trip count, and values stay on the device (a scan's inputs,
+        which it slices, are read back)."""
         opdef = get_op(op.name)
         assert opdef is not None
         ins = [env[id(v)] for v in op.operands]
+        if op.name == "scan":
+            ins = [np.asarray(x) for x in ins]
         return list(opdef.reference(op_sig(op, self.module.resources), *ins,
                                     run=lambda k, args: self.region(op, k, env, args)))
 
@@ -177,9 +191,10 @@ class ControlExecutable:
         self.peak_bytes = self.weight_bytes = 0
         self.steps: list[Any] = []
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        env = {id(a): np.asarray(x) for a, x in zip(self.func.args, arrays, strict=True)}
-        return self.plan.run(env)
+    def run(self, arrays: Sequence[Any], on_device: bool = False) -> list[Any]:
+        env: dict[int, Any] = {id(a): x for a, x in zip(self.func.args, arrays, strict=True)}
+        outs = self.plan.run(env)
+        return outs if on_device else [np.asarray(o) for o in outs]
 
     def measure(self, arrays: Sequence[np.ndarray], repeat: int, warmup: int = 0) -> Any:
         from .runtime import RunStats

@@ -10,7 +10,9 @@ then (ir/specialize.py binds the sizes and infers every type again; the pipeline
 which the lowering then turns into kernels) and kept (`LOADED_SIZES` per model, least recently used
 dropped). Program binaries are cached on disk by source hash (cache.py), so a size compiled once builds
 from the cache in any later process: a kernel specialized for one size is never reused for another, as
-its source (which holds the sizes) differs.
+its source (which holds the sizes) differs. A dynamic func with control flow is specialized the same way
+first (the sizes decide the Ifs on sizes, which canonicalize then inlines); control flow the sizes leave
+(an If on an input's values, a Loop's trip count) runs as a host plan of static segments (control.py).
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ def compile_size(module: Module, func: Func, shapes: Sequence[Sequence[int]], in
                  tuning: Any = None, remarks: list | None = None) -> tuple[Module, Func]:
     """`func` specialized to input `shapes`, optimized by its `specialize` pipeline and lowered for `info`:
     a module of its own (sharing `module`'s weights) holding the lowered func."""
+    from .control import has_control
     from .lower import lower_module
 
     spec = dict(func.attrs.get(SPECIALIZE) or {})
     m, f = specialize(module, func, shapes)
     f.attrs.pop(SPECIALIZE, None)
     PassManager(parse_pipeline(str(spec.get("pipeline") or level_pipeline(2)))).run(m)
+    if has_control(f):  # control flow the sizes did not decide: a host plan of static segments runs it
+        f.attrs[SPECIALIZE] = spec
+        return m, f
     lower_module(m, info, remarks, spec.get("schedule") or None, tuning,
                  check_bounds=bool(spec.get("check_bounds", False)))
     return m, f
@@ -96,10 +102,10 @@ def executable(module: Module, func: Func, device: Any = None, **options: Any) -
     from .control import ControlExecutable, has_control
     from .runtime import Executable
 
+    if is_dynamic(func):  # specialized per size first: sizes decide many Ifs, and segments are static
+        return DynamicExecutable(module, func, device, **options)
     if has_control(func):
         return ControlExecutable(module, func, device, **options)
-    if is_dynamic(func):
-        return DynamicExecutable(module, func, device, **options)
     return Executable(module, func, device, **options)
 
 
@@ -122,17 +128,15 @@ class DynamicExecutable:
 
     def for_shapes(self, shapes: Sequence[Sequence[int]]) -> Any:
         """The Executable that runs inputs of `shapes` (made on first use)."""
-        from .runtime import Executable
-
         key: Shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         exe = self.loaded.get(key)
         if exe is None:
             ahead = embedded(self.module, self.func, key)
             if ahead is not None:
-                exe = Executable(self.module, ahead, self.device, **self.options)
+                exe = executable(self.module, ahead, self.device, **self.options)
             else:
                 m, f = compile_size(self.module, self.func, key, self.info)
-                exe = Executable(m, f, self.device, **self.options)
+                exe = executable(m, f, self.device, **self.options)
                 self.compiled += 1
             self.loaded[key] = exe
             if len(self.loaded) > LOADED_SIZES:
@@ -142,8 +146,9 @@ class DynamicExecutable:
         self._last = exe
         return exe
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self.for_shapes([np.shape(a) for a in arrays]).run(arrays)
+    def run(self, arrays: Sequence[Any], on_device: bool = False) -> list[Any]:
+        exe = self.for_shapes([np.shape(a) for a in arrays])
+        return exe.run(arrays, on_device=True) if on_device else exe.run(arrays)
 
     def measure(self, arrays: Sequence[np.ndarray], repeat: int, warmup: int = 0) -> Any:
         return self.for_shapes([np.shape(a) for a in arrays]).measure(arrays, repeat, warmup=warmup)

@@ -417,11 +417,21 @@ class Executable(Adaptive):
             else:
                 self._out_plan.append(("buffer", (b, v.type.dims, v.type.np_dtype)))
 
-    def _write_inputs(self, q: Any, inputs: Sequence[np.ndarray], blocking: bool = False) -> list[np.ndarray]:
+    def _write_inputs(self, q: Any, inputs: Sequence[Any], blocking: bool = False) -> list[np.ndarray]:
         """Copy a run's inputs in: into the SVM views on the host (the previous run has finished, so nothing
-        reads them), else enqueued on `q`. Returns the host arrays a non-blocking copy still reads."""
+        reads them), else enqueued on `q`; a DeviceArray (another run's result left on the device) device
+        to device. Returns the host arrays a non-blocking copy still reads."""
         keep = []
         for a, b, view in zip(inputs, self.args, self._in_views, strict=True):
+            if isinstance(a, DeviceArray):
+                if view is not None and a.view is not None:
+                    np.copyto(view, a.view.reshape(view.shape), casting="no")
+                    continue
+                if view is None and a.view is None:
+                    if a.nbytes:
+                        self.cl.enqueue_copy(q, b, a.mem, byte_count=a.nbytes)
+                    continue
+                a = np.asarray(a)
             if view is not None:
                 np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
                 continue
@@ -431,12 +441,12 @@ class Executable(Adaptive):
                 self.cl.enqueue_copy(q, b, a, is_blocking=blocking)
         return keep
 
-    def enqueue(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
+    def enqueue(self, inputs: Sequence[Any], on_device: bool = False) -> tuple[list[Any], list[Any]]:
         if self.running_on == "cooperative":
             for a, view in zip(inputs, self._in_views, strict=True):
                 np.copyto(view, np.asarray(a).reshape(view.shape), casting="no")
             self._cooperative.run()
-            return [np.array(what) for _, what in self._out_plan], []
+            return [self._result(kind, what, on_device) for kind, what in self._out_plan], []
         cl, q = self.cl, self._segments[0][0]
         if self.checks is not None:
             self.checks.before(q)
@@ -451,7 +461,7 @@ class Executable(Adaptive):
         q = self._segments[-1][0]
         results: list[Any] = []
         for kind, what in self._out_plan:
-            if kind == "buffer":
+            if kind == "buffer" and not on_device:
                 b, dims, dtype = what
                 out = np.empty(dims, dtype)
                 if out.nbytes:
@@ -463,17 +473,28 @@ class Executable(Adaptive):
         if self.checks is not None:
             self.checks.after(q)
         for i, (kind, what) in enumerate(self._out_plan):
-            if kind != "buffer":  # a load-time result or an SVM slot: copied once the queue finished
-                results[i] = np.array(what)
+            if kind != "buffer" or on_device:  # a load-time result or an SVM slot: once the queue finished
+                results[i] = self._result(kind, what, on_device)
         del keep
         return results, events
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _result(self, kind: str, what: Any, on_device: bool) -> Any:
+        """A result of the run that finished: a host copy, or (`on_device`) a DeviceArray over its slot."""
+        if not on_device or kind == "host":
+            return np.array(what)
+        if kind == "svm":
+            return DeviceArray(self, None, what, what.shape, what.dtype)
+        b, dims, dtype = what
+        return DeviceArray(self, b, None, tuple(dims), np.dtype(dtype))
+
+    def run(self, inputs: Sequence[Any], on_device: bool = False) -> list[Any]:
+        """The results for `inputs` (arrays, or DeviceArrays another run left on the device); with
+        `on_device`, DeviceArrays over this executable's result slots, valid until its next run."""
         self._count(inputs)
         choice = self._choice
         if choice is not None and choice.others and time.perf_counter() >= choice.recheck_at:
             self._recheck(inputs)
-        return self.enqueue(inputs)[0]
+        return self.enqueue(inputs, on_device)[0]
 
     def measure(
         self, inputs: Sequence[np.ndarray], repeat: int, warmup: int = 1
@@ -512,6 +533,52 @@ class Executable(Adaptive):
                 for i, e in zip(self._live, events, strict=True):
                     stats.kernel_ns.setdefault(i, []).append(e.profile.end - e.profile.start)
         return results, stats
+
+
+class DeviceArray:
+    """A run's result left in device memory (`Executable.run(..., on_device=True)`): the control-flow plan
+    hands it to the next segment or loop iteration, whose run copies it device to device; `np.asarray`
+    reads it back where the host needs it (a condition, the func's results). `mem` is its cl.Buffer, or
+    None when `view` (a numpy view of fine-grained SVM) is the device memory itself."""
+
+    __slots__ = ("exe", "mem", "view", "shape", "dtype")
+
+    def __init__(self, exe: Executable, mem: Any, view: np.ndarray | None, shape: tuple[int, ...],
+                 dtype: np.dtype):
+        self.exe, self.mem, self.view, self.shape, self.dtype = exe, mem, view, tuple(shape), np.dtype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self.view is not None:
+            out = np.array(self.view)
+        else:
+            out = np.empty(self.shape, self.dtype)
+            if out.nbytes:
+                self.exe.cl.enqueue_copy(self.exe.queue, out, self.mem, is_blocking=True)
+        return out if dtype is None else out.astype(dtype)
+
+    def detached(self) -> DeviceArray:
+        """A copy in device memory of its own (device to device), which the producer's next run leaves as
+        it is: what a loop carries to its next iteration."""
+        exe = self.exe
+        b = exe._buffer(self.nbytes)
+        if exe.svm and self.view is not None:
+            view = b.mem[: self.nbytes].view(self.dtype).reshape(self.shape)
+            np.copyto(view, self.view)
+            return DeviceArray(exe, None, view, self.shape, self.dtype)
+        if self.view is not None:  # an SVM slot of an executable that uses buffers: not expected
+            return DeviceArray(exe, None, np.array(self.view), self.shape, self.dtype)
+        if self.nbytes:
+            exe.cl.enqueue_copy(exe.queue, b, self.mem, byte_count=self.nbytes)
+            exe.queue.finish()
+        return DeviceArray(exe, b, None, self.shape, self.dtype)
 
 
 def _address(b: Any) -> int:

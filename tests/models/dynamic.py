@@ -114,6 +114,39 @@ def if_on_input() -> bytes:
                   [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], inits, "switch")
 
 
+def _squeeze_if(tail: list, tail_inits: dict[str, np.ndarray], out_shape: list, name: str) -> bytes:
+    """x [N, 8, T]; `if T == 1: squeeze(x, 2) else: x` (as TorchScript exports `if x.shape[-1] == 1`),
+    then `tail` on the If's output `s`: the branches give values of different ranks."""
+    then = h.make_graph([h.make_node("Squeeze", ["x", "ax2"], ["t_out"])], "then", [],
+                        [h.make_tensor_value_info("t_out", T.FLOAT, None)])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e_out"])], "else", [],
+                         [h.make_tensor_value_info("e_out", T.FLOAT, None)])
+    nodes = [h.make_node("Shape", ["x"], ["sh"], name="shape"),
+             h.make_node("Gather", ["sh", "two"], ["t"], axis=0, name="time"),
+             h.make_node("Equal", ["t", "one"], ["is1"], name="is_one"),
+             h.make_node("If", ["is1"], ["s"], then_branch=then, else_branch=other, name="squeeze_if"),
+             *tail]
+    inits = {"ax2": np.array([2], np.int64), "two": np.array(2, np.int64), "one": np.array(1, np.int64),
+             **tail_inits}
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 8, "T"])],
+                  [h.make_tensor_value_info("y", T.FLOAT, out_shape)], inits, name)
+
+
+def squeeze_if() -> bytes:
+    """The rest of the graph (a flatten and a relu) converts after either branch: each branch of an `if`
+    holds its own copy of it."""
+    return _squeeze_if([h.make_node("Flatten", ["s"], ["f"], axis=1, name="flatten"),
+                        h.make_node("Relu", ["f"], ["y"], name="relu")], {}, ["N", None], "squeeze_if")
+
+
+def squeeze_if_gemm() -> bytes:
+    """A Gemm after the If takes the squeezed [N, 8] only (as silero-vad's LSTM does): the model runs where
+    T is 1, and the import asserts it."""
+    rng = np.random.default_rng(5)
+    return _squeeze_if([h.make_node("Gemm", ["s", "w"], ["y"], name="fc")], {"w": _f32(rng, 8, 4)}, ["N", 4],
+                       "squeeze_if_gemm")
+
+
 def loop_counted() -> bytes:
     """A Loop whose trip count is an input: the carried state goes through a small recurrence each time,
     and each iteration's state is a scan output (so that output's length is the trip count)."""
@@ -164,5 +197,7 @@ def lstm() -> bytes:
 MODELS = {"cnn": (cnn, [(1, 3, 16, 16), (2, 3, 13, 9)]),
           "paddle": (paddle, [(1, 4, 8, 8), (3, 4, 5, 7)]),
           "encoder": (encoder, [(1, 7, 16), (2, 12, 16)]),
-          "lstm": (lstm, [(5, 1, 6), (11, 3, 6)])}
+          "lstm": (lstm, [(5, 1, 6), (11, 3, 6)]),
+          "squeeze_if": (squeeze_if, [(2, 8, 1), (3, 8, 5)]),
+          "squeeze_if_gemm": (squeeze_if_gemm, [(2, 8, 1), (5, 8, 1)])}
 """Each model and the two input shapes it is checked at."""

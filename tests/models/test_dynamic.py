@@ -12,7 +12,7 @@ import pytest
 import tessel
 from tessel.api import InvalidArgument
 
-from .dynamic import MODELS, cnn, if_on_input, loop_counted, scan_sequence
+from .dynamic import MODELS, cnn, if_on_input, loop_counted, scan_sequence, squeeze_if, squeeze_if_gemm
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -71,6 +71,9 @@ def test_get_inputs_reports_dynamic_dims() -> None:
     (x,) = model.get_inputs()
     assert x.shape == ["N", 3, "H", "W"]  # as onnxruntime reports dim_params
     assert model.get_outputs()[0].shape == ["N", 10]
+    model = tessel.compile(MODELS["paddle"][0](), target="numpy")  # -1 and unnamed dims: None, as ort says
+    assert model.get_inputs()[0].shape == [None, 4, None, None]
+    assert model.get_outputs()[0].shape == [None, None, 5]
 
 
 def test_inputs_that_do_not_fit() -> None:
@@ -109,6 +112,31 @@ def test_shape_hint_lowers_a_size_ahead(tmp_path) -> None:  # noqa: ANN001
     assert none.returncode == 1 and "give its shape (--input-shape x=DxD...)" in none.stderr
 
 
+def test_if_with_branches_of_other_ranks_splits_the_rest() -> None:
+    """An If whose branches give other ranks (squeeze where T is 1) becomes an `if` whose regions each hold
+    a copy of the rest of the graph; where the rest does not convert after one branch, an `assert`."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.printer import to_text
+
+    text = to_text(import_model(squeeze_if(), "squeeze_if.onnx"))
+    assert text.count("= relu %") == 2 and "= if %" in text and "assert" not in text
+    text = to_text(import_model(squeeze_if_gemm(), "squeeze_if_gemm.onnx"))
+    assert "= if %" not in text and text.count("gemm %") == 1
+    assert ("assert %is1 {message = \"the model cannot run at these input sizes: its If 'squeeze_if' takes "
+            "its else branch, after which the graph does not convert (ONNX node 'fc' (Gemm):") in text
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_assert_fails_a_run_at_sizes_the_model_cannot_take(target: str) -> None:
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL platform")
+    model = tessel.compile(squeeze_if_gemm(), target=target)
+    model.run(None, _feed((2, 8, 1), 0))
+    with pytest.raises(InvalidArgument, match="the model cannot run at these input sizes: its If "
+                                              "'squeeze_if' takes its else branch"):
+        model.run(None, _feed((2, 8, 3), 0))
+
+
 def _control_feeds(name: str) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(7)
     f32 = np.float32
@@ -143,6 +171,33 @@ def test_control_flow(name: str, target: str) -> None:
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_loop_carried_values_stay_on_the_device(monkeypatch) -> None:  # noqa: ANN001
+    """On OpenCL each iteration of a loop gets the state the last one left on the device (a DeviceArray,
+    copied device to device), never a host array; the host reads back the condition and the results."""
+    if not _opencl():
+        pytest.skip("no OpenCL platform")
+    from tessel.targets.opencl import control
+    from tessel.targets.opencl.runtime import DeviceArray
+
+    carried: list[type] = []
+    region = control.Plan.region
+
+    def spy(self, op, k, env, args):  # noqa: ANN001, ANN202
+        if op.name == "loop":
+            carried.append(type(args[2]))
+        return region(self, op, k, env, args)
+
+    monkeypatch.setattr(control.Plan, "region", spy)
+    model = tessel.compile(loop_counted())
+    feed = {"steps": np.array(5), "s0": np.ones((1, 6), np.float32)}
+    want = ort.InferenceSession(loop_counted()).run(None, feed)
+    got = model.run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert len(carried) == 5 and carried[0] is np.ndarray  # the input s0, from the host
+    assert all(t is DeviceArray for t in carried[1:])
 
 
 def test_if_note_names_the_constant_input(tmp_path) -> None:  # noqa: ANN001

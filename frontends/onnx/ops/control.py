@@ -10,20 +10,28 @@ Otherwise they become the IR's `if`, `loop` and `scan` ops (ir/ops/control.py), 
 into the ops' regions: an If on a graph input, a Loop whose trip count or condition is computed from the
 inputs, a Scan over a symbolic length. An If left to run time gets a note naming the graph inputs its
 condition comes from (`--constant-input` would fold it). Sequence-typed values are not supported.
+
+An If whose branches give different ranks or element types raises `Diverge`; the node loop
+(importer.convert_nodes) then converts the rest of the graph into each branch (`split_at`), or, where
+the rest converts after one branch only, takes that one behind an `assert` (docs/ir.md, Control flow).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import onnx
 
 from ....ir.core import Block, Op, Region
+from ....ir.diagnostics import DiagnosticError
 from ....ir.ops import control as ops
 from ....ir.ops.registry import OpError
 from ....ir.types import TensorType
 from ..builder import Builder, ConversionError, Tensor
-from ..importer import Subgraph, graph_inputs_of
+from ..importer import Diverge, Subgraph, bind_outputs, graph_inputs_of
 from ..registry import converter
 from .common import _slice
 
@@ -72,6 +80,71 @@ def _region(b: Builder, sub: Subgraph, args: Sequence[TensorType]) -> tuple[Regi
     return Region([block]), [v.type for v in values]
 
 
+def _discard(*regions: Region) -> None:
+    """Drop the ops of regions that will not be used (their reads of outer values with them)."""
+    for r in regions:
+        for op in list(r.block.ops):
+            for inner in list(op.walk()):
+                inner.drop_operands()
+
+
+def split_at(b: Builder, node: onnx.NodeProto, d: Diverge, env: dict[str, Tensor], rest: Any) -> list[Tensor]:
+    """An `if` on `d.cond` whose regions each hold one branch of If `node` and, after it, `rest(env)`: the
+    nodes that follow, converted again with the branch's outputs; it yields what `rest` returns (the
+    graph's outputs) and gives them to the caller. A branch after which the graph does not convert (an
+    LSTM given the rank the squeeze it skipped would have removed) is a size the model cannot run at: the
+    other branch is taken in the current block, behind an `assert` on the condition that fails the run
+    there with the reason."""
+    loc = b.loc
+    regions: list[Region] = []
+    yields: list[list[TensorType]] = []
+    failures: list[str] = []
+    for branch in d.branches:
+        block = Block([], [])
+        saved, materialized = b.block, dict(b._materialized)
+        b.block = block
+        try:
+            inner = dict(env)
+            b.loc = loc
+            bind_outputs(node, branch.convert(b, []), inner)
+            values = [b.value(t) for t in rest(inner)]
+            block.append(Op("yield", values))
+            regions.append(Region([block]))
+            yields.append([v.type for v in values])
+            failures.append("")
+        except (ConversionError, DiagnosticError) as e:
+            _discard(Region([block]))
+            first = e.diagnostics[0].message if isinstance(e, DiagnosticError) else str(e)
+            failures.append(re.sub(r"^'[^']*': ", "", first))
+        finally:
+            b.block, b._materialized = saved, materialized
+    b.loc = loc
+    if all(failures):
+        raise ConversionError(f"{d.message}; with the rest of the graph converted into each branch, neither "
+                              f"converts: {failures[0]}")
+    if any(failures):
+        taken = failures.index("")
+        which = ("then", "else")[1 - taken]
+        cond = d.cond if taken == 0 else b.op("not", [d.cond])
+        b.block.append(Op("assert", [b.value(cond)], [], {
+            "message": f"the model cannot run at these input sizes: its If '{node.name}' takes its {which} "
+                       f"branch, after which the graph does not convert ({failures[1 - taken]})"}, loc=loc))
+        block = regions[0].block
+        for op in list(block.ops[:-1]):  # the branch that converts, moved into the current block
+            block.remove(op)
+            b.block.append(op)
+        term = block.ops[-1]
+        values = list(term.operands)
+        term.drop_operands()
+        return [Tensor(v.type, value=v) for v in values]
+    try:
+        return _emit(b, "if", [d.cond], {}, regions, yields)
+    except ConversionError as e:
+        _discard(*regions)
+        raise ConversionError(f"{d.message}; with the rest of the graph converted into each branch, {e}") \
+            from None
+
+
 def _emit(b: Builder, name: str, inputs: Sequence[Tensor], attrs: dict, regions: list[Region],
           yields: list[list[TensorType]]) -> list[Tensor]:
     try:
@@ -92,6 +165,12 @@ def If(b: Builder, cond: Tensor, *, then_branch: Subgraph, else_branch: Subgraph
         raise ConversionError(f"If's condition must hold one value, got {cond.type}")
     then, t1 = _region(b, then_branch, [])
     other, t2 = _region(b, else_branch, [])
+    try:
+        ops.result_types("if", [cond.type], {}, [t1, t2])
+    except OpError as e:
+        if len(t1) == len(t2):  # the node loop converts the rest of the graph into each branch
+            _discard(then, other)
+            raise Diverge(cond, [then_branch, else_branch], str(e)) from None
     names = graph_inputs_of(b, [cond])
     if names:
         flags = " ".join(f"--constant-input {n}=FILE.npy" for n in names)
