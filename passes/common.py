@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..ir.attributes import LITERAL_LIMIT, DenseAttr, ResourceAttr
-from ..ir.core import Loc, Module, Op, Value
-from ..ir.ops.registry import OpError, get_op, op_sig
+from ..ir.core import Block, Loc, Module, Op, Value
+from ..ir.ops.registry import OpError, get_op, has_trait, op_sig
 from ..ir.types import TensorType
 
 _SPLAT_CACHE: dict[str, object] = {}
@@ -147,3 +147,15 @@ def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[in
     groups[-1][0].extend(range(i, len(a)))
     groups[-1][1].extend(range(j, len(b)))
     return groups
+
+
+def control_blocks(block: Block) -> list[Block]:
+    """`block` and, recursively, the blocks of the control ops' regions in it (an if's branches, a loop's
+    or scan's body): the blocks a pass that works one block at a time (fuse) treats as func bodies."""
+    out = [block]
+    for op in block.ops:
+        if has_trait(op.name, "control"):
+            for r in op.regions:
+                for b in r.blocks:
+                    out += control_blocks(b)
+    return out

@@ -18,7 +18,9 @@ gather kernel and runs as a 1x1 conv.
 
 It refuses, with a missed remark (category `algebraic`), a transposed conv whose weights are not a
 constant (`weights`), with dilations (`dilations`), with different strides on the two axes (`strides`),
-or whose output_padding reaches past the uncropped output (`output-padding`). Stride 1 needs no phases:
+or whose output_padding reaches past the uncropped output (`output-padding`), and one with a `?` dim or
+an output that is not the phases' cropped by constants (`dynamic-shape`); symbolic N, H and W are
+decomposed the same way, the sizes carried as expressions. Stride 1 needs no phases:
 it is the same rewrite with s = 1 (a conv2d of the flipped kernel, no depth_to_space).
 """
 
@@ -31,7 +33,7 @@ import numpy as np
 
 from ..ir.attributes import Attr
 from ..ir.core import Module, Op, Value
-from ..ir.ops.registry import get_op
+from ..ir.ops.registry import OpError, get_op
 from ..ir.types import TensorType
 from .common import Refusal, const_array, const_op, infer_type, make_const_attr
 from .manager import Pass, PassContext
@@ -75,17 +77,23 @@ class DecomposeConvTranspose(Pass):
             if sh != sw:
                 return refuse(op, Refusal("strides", f"strides {sh}x{sw} differ between the axes"))
             wa = const_array(w, module)
-            if wa is None or not x.type.is_static or not op.result.type.is_static:
-                return refuse(op, Refusal("weights",
-                                          "its weights are not a constant (or shapes are dynamic)"))
+            if wa is None:
+                return refuse(op, Refusal("weights", "its weights are not a constant"))
+            if any(d is None for d in (*x.type.shape, *op.result.type.shape)):
+                return refuse(op, Refusal("dynamic-shape", "it has an anonymous dynamic dim ('?')"))
             s, g = sh, int(a["groups"])
-            n, c, h, wd = x.type.dims
+            n, c, h, wd = x.type.shape  # symbolic dims compute as ints: the phases are the same
             _, og, kh, kw = wa.shape
             mh, mw = math.ceil(kh / s), math.ceil(kw / s)
             full_h, full_w = (h + mh - 1) * s, (wd + mw - 1) * s  # the uncropped output of the phases
             top, left = int(a["pads"][0]), int(a["pads"][1])
-            ho, wo = op.result.type.dims[2:]
-            if top + ho > full_h or left + wo > full_w:
+            ho, wo = op.result.type.shape[2:]
+            try:
+                past = top + ho > full_h or left + wo > full_w
+            except OpError:  # undecidable on symbols (the output size is not the input's plus constants)
+                return refuse(op, Refusal("dynamic-shape", f"its output {op.result.type} is not the phases' "
+                                                           "output cropped by constants"))
+            if past:
                 return refuse(op, Refusal("output-padding", f"output_padding {list(a['output_padding'])} "
                                                             "reaches past the uncropped output"))
             o = og * g

@@ -68,7 +68,8 @@ conv), `epilogue-cost` (a reconverging chain after a conv2d with an op of CHEAP_
 element), `would-serialize` (a gate's pool over `gate-max-pool`), `prologue-cost` (an expansion before a
 depthwise conv of more than `expand-max-window` taps); and `no-partner` for each elementwise op
 left on its own that no other remark names, so `--remarks-missed` explains every unfused elementwise op.
-Ops computed from constants only are left alone (they run once, at load time).
+Ops computed from constants only are left alone (they run once, at load time). Each func body and each
+block of its control ops' regions (an if's branches, a loop's body) is fused on its own.
 
 The rules live in helper modules: fuse_rules.py (which ops anchor a region, the limits, the shape
 predicates, the state of one func's fusion), fuse_inputs.py (what an anchor reads its input through),
@@ -84,6 +85,7 @@ from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
 from .fuse_anchor import AnchorRules
 from .fuse_elementwise import ElementwiseRules
 from .fuse_rules import GATE_MAX_POOL, global_pool, is_anchor, is_elementwise, known_shape, quoted
+from .common import control_blocks
 from .manager import Pass, PassContext
 
 
@@ -113,7 +115,8 @@ class Fuse(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:
-            _Fuser(self, module, ctx, f.block).run()
+            for block in control_blocks(f.block):
+                _Fuser(self, module, ctx, block).run()
 
 
 class _Fuser(AnchorRules, ElementwiseRules):

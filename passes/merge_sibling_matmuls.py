@@ -23,7 +23,8 @@ It refuses, with a missed remark (category `algebraic`), a sibling whose weights
 straight to its piece, so the pieces must be whole vectors, or the product runs at a narrower vector
 width): it is left out and the others merge if at least two
 remain (such a sibling gets a remark only when it had a mergeable partner). It refuses the whole group
-when the shared input has a dynamic dim (`dynamic-shape`), or when the merged matmul would have more than
+when the shared input has an anonymous `?` dim (`dynamic-shape`; symbolic dims are merged over, as only the
+weights' columns are concatenated), or when the merged matmul would have more than
 `max-columns` columns (`too-large`). A matmul that shares its input with no other matmul is not a
 candidate and gets no remark. All siblings have `x`'s element type (matmul requires it), so types agree.
 """
@@ -67,10 +68,10 @@ class Sibling:
 
 def last_axis_vector(c: np.ndarray, out: TensorType) -> np.ndarray | None:
     """`c` as a vector over `out`'s last axis when it broadcasts to `out` along that axis only, else None."""
-    if c.ndim > out.rank or not out.is_static or out.rank == 0:
+    if c.ndim > out.rank or out.rank == 0 or type(out.shape[-1]) is not int:
         return None
     shape = (1,) * (out.rank - c.ndim) + c.shape
-    n = out.dims[-1]
+    n = out.shape[-1]
     if any(d != 1 for d in shape[:-1]) or shape[-1] not in (1, n):
         return None
     return np.broadcast_to(np.asarray(c).reshape(-1), (n,)).copy()
@@ -93,8 +94,8 @@ class Merger:
 
     def sibling(self, m: Op) -> Sibling | Refusal:
         w_t = m.operands[1].type
-        if w_t.rank != 2:
-            return Refusal("weight-rank", f"its weights are {w_t}, not a matrix", [m])
+        if w_t.rank != 2 or not w_t.is_static:
+            return Refusal("weight-rank", f"its weights are {w_t}, not a matrix of static shape", [m])
         align = self.owner.column_align
         if w_t.dims[1] is None or w_t.dims[1] % align:
             what = f"its {w_t.dims[1]} columns are not a multiple of column-align={align}"
@@ -129,7 +130,7 @@ class Merger:
         first, out_t = sibs[0].op, sibs[0].op.result.type
         sizes = [s.columns for s in sibs]
         n = sum(sizes)
-        wide = out_t.with_shape((*out_t.dims[:-1], n))
+        wide = out_t.with_shape((*out_t.shape[:-1], n))
         weights = np.concatenate([s.weight for s in sibs], axis=1)
         w = self.new_const(first, weights, [s.op.operands[1] for s in sibs], rw)
         loc = fuse_locs(*(s.op.loc for s in sibs))
@@ -180,8 +181,8 @@ class Merger:
         if len(group) < 2:
             return False
         x = op.operands[0]
-        if not x.type.is_static:
-            r = Refusal("dynamic-shape", f"their shared input {x.type} has a dynamic dim", group)
+        if any(d is None for d in x.type.shape):  # symbolic rows are fine: only the columns are merged
+            r = Refusal("dynamic-shape", f"their shared input {x.type} has an anonymous dynamic dim", group)
             self.missed(r, f"{len(group)} matmuls of one input not merged")
             return False
         found = [self.sibling(m) for m in group]

@@ -50,18 +50,22 @@ from dataclasses import dataclass, field
 from ..ir.attributes import DenseAttr
 from ..ir.core import Func, Module, Op, Value
 from ..ir.diagnostics import Diagnostic, DiagnosticError
-from ..ir.ops.registry import get_op, load_all
+from ..ir.ops.registry import get_op, has_trait, load_all
 from ..ir.types import TensorType
-from .common import const_array, const_attr, const_op, make_const_attr
+from .common import const_array, const_attr, const_op, control_blocks, make_const_attr
 from .manager import Pass, PassContext
 from .propagate_layout_algebra import ANCHORS, POOLS, TO_NHWC, ZERO_SAFE, Layout, channels, ints
 from .rewrite import Pattern, Rewriter, apply_patterns_greedily
 
 
 def _top_level(op: Op) -> bool:
-    """Ops of a func body: the pass leaves kernel regions (already fused) alone."""
+    """Ops of a func body or of a control op's region (an if's branch, a loop's body): the pass leaves
+    kernel regions (already fused) alone."""
     block = op.parent
-    return block is not None and block.parent is not None and isinstance(block.parent.parent, Func)
+    if block is None or block.parent is None:
+        return False
+    owner = block.parent.parent
+    return isinstance(owner, Func) or (isinstance(owner, Op) and has_trait(owner.name, "control"))
 
 
 @dataclass
@@ -102,9 +106,10 @@ class PropagateLayout(Pass):
         self._ctx = ctx
         rw = Rewriter()
         for func in module.funcs:
-            for op in list(func.block.ops):
-                if op.name == "conv2d":
-                    self.anchor_conv(op, lay, rw, ctx)
+            for block in control_blocks(func.block):  # the func body and its if / loop regions
+                for op in list(block.ops):
+                    if op.name == "conv2d":
+                        self.anchor_conv(op, lay, rw, ctx)
         propagate: dict[str, list[Pattern]] = {
             "pack": [self.fold_pair(lay)],
             "unpack": [],
