@@ -41,6 +41,8 @@ NO_MAKER: dict[str, str] = {
     "bitcast": "it reinterprets bits: validation would compare NaN payloads",
     "shape": _SIZES, "dims": _SIZES, "range": _SIZES,
     "if": _CONTROL, "loop": _CONTROL, "scan": _CONTROL,
+    "assert": "it fails the run on a false flag: random flags would fail most modules; the importer's "
+              "size-decided Ifs make it (tests/models/test_dynamic.py)",
 }
 """Registered ops without a maker, and why."""
 

@@ -186,7 +186,7 @@ def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.M
     cost = {"pool": 1.0, "inline": 1.5, "cooperative": 0.9}
     monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
 
-    def enqueue(_inputs):  # noqa: ANN001, ANN202
+    def enqueue(_inputs, _on_device=False):  # noqa: ANN001, ANN202
         way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
         order.append(way)
         clock["now"] += cost.get(way, 1.2) * clock["phase"] * 1e-3
@@ -225,7 +225,7 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     ran: list[str] = []
     monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
 
-    def enqueue(_inputs):  # noqa: ANN001, ANN202
+    def enqueue(_inputs, _on_device=False):  # noqa: ANN001, ANN202
         way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
         ran.append(way)
         clock["now"] += cost[way] * 1e-3
