@@ -506,7 +506,11 @@ class _ExprParser:
         while self.peek() in ("*", "/", "%"):
             op = self.text[self.pos]
             self.pos += 1
+            at = self.pos
             w = self.factor()
+            if op != "*" and not isinstance(w, Sym) and int(w) <= 0:
+                raise ParseError(f"'{op}' by {w} in symbolic dim '{self.text}': the divisor must be positive",
+                                 at)
             v = v * w if op == "*" else floordiv(v, w) if op == "/" else mod(v, w)
         return v
 
