@@ -82,10 +82,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
+from .common import control_blocks
 from .fuse_anchor import AnchorRules
 from .fuse_elementwise import ElementwiseRules
 from .fuse_rules import GATE_MAX_POOL, global_pool, is_anchor, is_elementwise, known_shape, quoted
-from .common import control_blocks
 from .manager import Pass, PassContext
 
 

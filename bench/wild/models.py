@@ -36,6 +36,10 @@ class WildModel:
     """Ids of the models make_inputs runs (with onnxruntime) to build its feed."""
     dist: str = "wheel"
     note: str = ""
+    check: str = "allclose"
+    """How outputs are compared: "allclose" (rtol 1e-3, atol 1e-4), or "argmax" (the index of the largest
+    value along the last axis agrees everywhere: a CTC recognizer's decoded characters), for a model whose
+    float outputs no implementation reproduces to that tolerance (see ddddocr_ocr's note)."""
 
     @property
     def path(self) -> Path:
@@ -131,7 +135,13 @@ MODELS: list[WildModel] = [
               "CRNN captcha recognizer (int8)", "pytorch + onnx.quantize",
               _img("input1", (1, 1, 64, 192), (1, 1, 64, 260)), gen.ddddocr_ocr,
               note="ddddocr's default model: dynamically quantized "
-                   "(ConvInteger, com.microsoft DynamicQuantizeLSTM)"),
+                   "(ConvInteger, com.microsoft DynamicQuantizeLSTM). Each of its 21 convs quantizes its "
+                   "input from the float result of a SiLU; onnxruntime's sigmoid is 1 ulp away from the "
+                   "correctly rounded value in about a third of the elements, which flips a few roundings "
+                   "to the next quantum, and the flips grow through the later convs (tessel's logits, up to "
+                   "35, differ from onnxruntime's by up to 1.3). No implementation matches its float bits, so the "
+                   "suite compares the decoded characters (the argmax of each step).",
+              check="argmax"),
     WildModel("ddddocr_ocr_beta", *DDDD, "ddddocr/common.onnx",
               "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8",
               "CRNN captcha recognizer", "pytorch",

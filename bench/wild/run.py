@@ -8,7 +8,8 @@ both sizes run on that one executable. --static: the baseline, one compile per s
 `input_shapes=` the size's concrete shapes. Every exception is caught per model (its first line is
 recorded) and the suite goes on; each model runs in a subprocess of its own, so a crash or a timeout
 only costs that model. Outputs are compared per output with np.allclose(rtol=1e-3, atol=1e-4) (max abs
-error, and max relative error |t - r| / (|r| + atol)); tessel and onnxruntime are timed in the same
+error, and max relative error |t - r| / (|r| + atol)), or, for a model whose `check` is "argmax", by the
+argmax of the last axis (models.py says why); tessel and onnxruntime are timed in the same
 process in interleaved rounds (medians of --repeat warm runs, fewer for slow models). Prints one table
 and writes JSON to bench/results/wild-<time>.json (or --json). Fetches models and builds references
 that are missing first (fetch.py, reference.py).
@@ -49,8 +50,9 @@ def detail(e: BaseException, lines: int = 8) -> str:
     return "\n".join(str(e).strip().splitlines()[:lines])
 
 
-def compare(got: list[Any], ref: dict[str, Any]) -> dict[str, Any]:
-    """Per-output agreement of tessel's outputs `got` with onnxruntime's `ref` (in the same order)."""
+def compare(got: list[Any], ref: dict[str, Any], check: str = "allclose") -> dict[str, Any]:
+    """Per-output agreement of tessel's outputs `got` with onnxruntime's `ref` (in the same order): by
+    np.allclose, or (check="argmax") by the argmax along the last axis (WildModel.check)."""
     import numpy as np
 
     rows, ok = [], len(got) == len(ref)
@@ -64,7 +66,11 @@ def compare(got: list[Any], ref: dict[str, Any]) -> dict[str, Any]:
             finite = np.isfinite(diff)
             row["max_abs"] = float(diff[finite].max()) if finite.any() else 0.0
             row["max_rel"] = float((diff[finite] / (np.abs(r[finite]) + ATOL)).max()) if finite.any() else 0.0
-            row["ok"] = bool(np.allclose(t, r, rtol=RTOL, atol=ATOL, equal_nan=True))
+            if check == "argmax" and t.ndim:
+                row["argmax_agree"] = float((t.argmax(-1) == r.argmax(-1)).mean())
+                row["ok"] = row["argmax_agree"] == 1.0
+            else:
+                row["ok"] = bool(np.allclose(t, r, rtol=RTOL, atol=ATOL, equal_nan=True))
         ok = ok and row["ok"]
         rows.append(row)
     return {"correct": ok, "outputs": rows}
@@ -92,7 +98,7 @@ def time_both(run_tessel: Any, run_ort: Any, repeat: int) -> dict[str, Any]:
 
 
 def run_size(compiled: Any, session: Any, feeds: dict[str, Any], ref: dict[str, Any],
-             repeat: int) -> dict[str, Any]:
+             repeat: int, check: str = "allclose") -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         t0 = time.perf_counter()
@@ -100,7 +106,7 @@ def run_size(compiled: Any, session: Any, feeds: dict[str, Any], ref: dict[str, 
         first_s = time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - recorded, the suite goes on
         return {"correct": False, "error": first_line(e), "detail": detail(e)}
-    out.update(compare(got, ref), first_run_s=first_s)
+    out.update(compare(got, ref, check), first_run_s=first_s)
     try:
         out.update(time_both(lambda: compiled.run(None, feeds), lambda: session.run(None, feeds), repeat))
     except Exception as e:  # noqa: BLE001
@@ -141,7 +147,7 @@ def one(model: WildModel, repeat: int, static: bool) -> dict[str, Any]:
             shapes = {k: list(v.shape) for k, v in feeds.items() if declared.get(k) != list(v.shape)}
             compiled, entry["compile"] = compile_model(model.path, shapes)
         if compiled is not None:
-            entry.update(run_size(compiled, session, feeds, ref, repeat))
+            entry.update(run_size(compiled, session, feeds, ref, repeat, model.check))
             if static:
                 compiled = None
         print(f"  {model.id} {size}: {json.dumps({k: v for k, v in entry.items() if k != 'outputs'})[:300]}",

@@ -144,7 +144,7 @@ def _conv_like(sig: Sig) -> list[TensorType]:
 
 def _conv_integer_infer(sig: Sig) -> list[TensorType]:
     (y,) = _conv_like(sig)
-    _integer_operands(sig, y.dims[1])
+    _integer_operands(sig, y.shape[1])
     return [y.with_dtype("i32")]
 
 
@@ -179,8 +179,8 @@ register(OpDef(
 
 def _qconv_infer(sig: Sig) -> list[TensorType]:
     (y,) = _conv_like(sig)
-    _integer_operands(sig, y.dims[1])
-    return [y.with_dtype(_requant_operands(sig, y.dims[1]))]
+    _integer_operands(sig, y.shape[1])
+    return [y.with_dtype(_requant_operands(sig, y.shape[1]))]
 
 
 def _requantize(sig: Sig, acc: np.ndarray, scale: np.ndarray, yz: np.ndarray, axis: int,

@@ -138,7 +138,8 @@ TEXTS: dict[str, bytes] = {
                                b"scales=[1e39,1,3,2]}:(tensor<1x3x8x8xf32>)->tensor<1x3x16x16xf32>}",
     # ir/symbolic.py (the dim parser): `[1%0]` in an int attribute raised ZeroDivisionError; now a divisor
     # that is not positive is a positioned parse error.
-    "symbolic_modulo_by_zero": b"func@m(%x:tensor<9xf32>,%w:tensor<1xf32>)->tensor<1xf32>{%0=conv2d%x,%w{a=[1%0]",
+    "symbolic_modulo_by_zero": b"func@m(%x:tensor<9xf32>,%w:tensor<1xf32>)->tensor<1xf32>"
+                               b"{%0=conv2d%x,%w{a=[1%0]",
     # ir/parser.py (parse_resources): a non-UTF-8 byte in a quoted resource name raised UnicodeDecodeError.
     "resource_name_not_utf8": b'{-#resources:{"\xca1":"',
 }

@@ -58,6 +58,32 @@ def float_mlp(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+LSTM_INPUT = ("T", 2, 24)
+"""The float LSTM's input [T, B, I]: the sequence length is a dim_param."""
+
+
+def float_lstm(seed: int = 0) -> onnx.ModelProto:
+    """A bidirectional LSTM (hidden 32, biases, initial states) over a dynamic sequence length, as a CRNN's
+    head has it; onnxruntime's quantize_dynamic makes a DynamicQuantizeLSTM of it."""
+    rng = np.random.default_rng(seed)
+    t, b, i = LSTM_INPUT
+    h = 32
+    inits = [_init(rng, "W", [2, 4 * h, i], 0.3), _init(rng, "R", [2, 4 * h, h], 0.3),
+             _init(rng, "B", [2, 8 * h], 0.1)]
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "hn", "cn"], hidden_size=h,
+                              direction="bidirectional", name="lstm")]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, b, i]),
+           helper.make_tensor_value_info("h0", TensorProto.FLOAT, [2, b, h]),
+           helper.make_tensor_value_info("c0", TensorProto.FLOAT, [2, b, h])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, 2, b, h]),
+           helper.make_tensor_value_info("hn", TensorProto.FLOAT, [2, b, h]),
+           helper.make_tensor_value_info("cn", TensorProto.FLOAT, [2, b, h])])
+    graph = helper.make_graph(nodes, "lstm", *io, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...],
              seed: int = 0) -> onnx.ModelProto:
     """`model` through onnxruntime's quantization tool: how = 'qdq' or 'qoperator' (quantize_static, per

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
-from .quantized import CNN_INPUT, MLP_INPUT, float_cnn, float_mlp, quantize
+from .quantized import CNN_INPUT, LSTM_INPUT, MLP_INPUT, float_cnn, float_lstm, float_mlp, quantize
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
@@ -82,3 +82,26 @@ def test_dynamically_quantized_mlp_matches_onnxruntime(target: str, tmp_path: Pa
     want, got = _ort(model, x), _run(model, x, target)
     # float outputs of integer matmuls scaled in float: onnxruntime fuses the scales differently
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_dynamically_quantized_lstm_matches_onnxruntime(target: str, tmp_path: Path) -> None:
+    """quantize_dynamic turns the LSTM into com.microsoft's DynamicQuantizeLSTM (int8 W and R): tessel
+    quantizes X and each step's h as onnxruntime does (qlstm_scan), one compile for two sequence lengths."""
+    import tessel
+
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL device")
+    model = quantize(float_lstm(), "dynamic", tmp_path, LSTM_INPUT)
+    assert [n.op_type for n in model.graph.node] == ["DynamicQuantizeLSTM"]
+    sess = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tessel.compile(model, target=target)
+    assert any(op.name == "qlstm_scan" for op in compiled.modules["imported"].walk())
+    rng = np.random.default_rng(5)
+    for steps in (7, 3):
+        feed = {"x": rng.standard_normal((steps, 2, 24)).astype(np.float32),
+                "h0": (rng.standard_normal((2, 2, 32)) * 0.5).astype(np.float32),
+                "c0": (rng.standard_normal((2, 2, 32)) * 0.5).astype(np.float32)}
+        for got, want in zip(compiled.run(None, feed), sess.run(None, feed), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+

@@ -109,3 +109,61 @@ def QGemm(b: Builder, A: Tensor, a_scale: Tensor, a_zero_point: Tensor | None, B
     y = b.op("gemm", inputs, {"alpha": float(alpha), "beta": 1.0, "trans_a": bool(transA),
                               "trans_b": bool(transB)})
     return y if y_scale is None else _q(b, y, y_scale, y_zero_point, A)
+
+
+@converter("DynamicQuantizeLSTM", domain=MS)
+def DynamicQuantizeLSTM(b: Builder, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None = None,
+                        sequence_lens: Tensor | None = None, initial_h: Tensor | None = None,
+                        initial_c: Tensor | None = None, P: Tensor | None = None,
+                        W_scale: Tensor | None = None, W_zero_point: Tensor | None = None,
+                        R_scale: Tensor | None = None, R_zero_point: Tensor | None = None, *,
+                        activation_alpha: list[float] | None = None,
+                        activation_beta: list[float] | None = None, activations: list[str] | None = None,
+                        clip: float | None = None, direction: str = "forward", hidden_size: int | None = None,
+                        input_forget: int = 0) -> list[Tensor | None]:
+    """onnxruntime's dynamically quantized LSTM (what its quantize_dynamic makes of an LSTM): W [D, I, 4H]
+    and R [D, H, 4H] of 8-bit integers (transposed against LSTM's), with one scale and zero point per
+    direction or per column. As onnxruntime computes it: X is quantized once (uint8, one scale and zero
+    point over the whole sequence) for its projection, an integer matmul per direction scaled back to
+    float; the recurrence is a `qlstm_scan`, which quantizes h the same way at every step."""
+    from .common import _transpose
+    from .linalg import MatMulInteger
+    from .quantize import DynamicQuantizeLinear
+    from .recurrent import Layer, _scan_activations, _take
+
+    quant = {"W_scale": W_scale, "W_zero_point": W_zero_point, "R_scale": R_scale,
+             "R_zero_point": R_zero_point}
+    missing = [k for k, v in quant.items() if v is None]
+    if missing:
+        raise ConversionError(f"DynamicQuantizeLSTM needs {', '.join(missing)}")
+    if W.dtype not in ("i8", "ui8") or R.dtype not in ("i8", "ui8"):
+        raise ConversionError(f"DynamicQuantizeLSTM needs W and R of 8-bit integers, got {W.type} and "
+                              f"{R.type}")
+    L = Layer(b, "DynamicQuantizeLSTM", 4, X, _transpose(b, W, [0, 2, 1]), _transpose(b, R, [0, 2, 1]), B,
+              sequence_lens, [initial_h, initial_c], direction, 0, hidden_size, clip)
+    if _scan_activations(activations, ["Sigmoid", "Tanh", "Tanh"], L.directions) is None:
+        raise ConversionError("DynamicQuantizeLSTM with activations other than sigmoid, tanh, tanh is not "
+                              "supported")
+    T, batch, width = L.X.shape
+    xq, x_scale, x_zp = DynamicQuantizeLinear(b, b.reshape(b.cast(L.X, "f32"), [T * batch, width]))
+    ys: list[Tensor | None] = []
+    finals: list[list[Tensor]] = [[], []]
+    for d in range(L.directions):
+        per_dir = [_take(b, t, 0, d) if t.rank else t for t in (W_scale, W_zero_point, R_scale, R_zero_point)]
+        ws, wz, rs, rz = per_dir  # type: ignore[misc]
+        acc = MatMulInteger(b, xq, _take(b, W, 0, d), x_zp, wz)
+        xw = b.op("mul", [b.cast(acc, "f32"), b.op("mul", [x_scale, b.cast(ws, "f32")])])
+        wr = L.bias(d)
+        if wr:
+            xw = b.op("add", [xw, b.op("add", list(wr))])
+        xw = b.reshape(xw, [T, batch, 4 * L.hidden])
+        h, c = _take(b, L.initial[0], 0, d), _take(b, L.initial[1], 0, d)
+        operands = [xw, _take(b, R, 0, d), h, c, b.cast(rs, "f32"), rz]
+        if P is not None:
+            operands.append(_take(b, P, 0, d))
+        y_d, h, c = L.scan("qlstm_scan", operands,
+                           {"reverse": L.reverse[d], "input_forget": bool(input_forget)})
+        ys.append(y_d)
+        finals[0].append(h)
+        finals[1].append(c)
+    return L.finish(ys, finals)

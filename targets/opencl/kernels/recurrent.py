@@ -17,6 +17,12 @@ candidate's matmul: a second phase per step, behind its own barrier, with r * h 
 
 The input projection is not here: it is one matmul over the whole sequence before the scan, where it runs
 as a GEMM of T*B rows. Past a batch's length (`lengths`) a step keeps the state and writes zeros to y.
+
+qlstm_scan (onnxruntime's DynamicQuantizeLSTM) runs the same loop with rt of 8-bit integers: at each step
+every work-item finds the range of the previous h of each sequence b (uint8, a scale and zero point per
+sequence, ir/ops/recurrent.py), quantizes each h[b, k] as it reads it, and sums
+(hq - h_zp) * (rt - r_zero_point) in int vectors; the gate's pre-activation is
+xw + float(sum) * (h_scale * r_scale).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ def units_per_item(ctx: Ctx, c: str, gates: int) -> int:
     return wide if wide > lanes and ctx.device.accumulators(wide) >= gates else lanes
 
 
-@template("lstm_scan", "gru_scan", "rnn_scan")
+@template("lstm_scan", "qlstm_scan", "gru_scan", "rnn_scan")
 def scan_template(ctx: Ctx) -> Lowered:
     xw, rt = ctx.operands[:2]
     require_static(*ctx.operands, *ctx.results)
@@ -60,7 +66,7 @@ def scan_template(ctx: Ctx) -> Lowered:
         raise NotLowerable(f"{ctx.op_name} schedule units={w} does not divide hidden size {hidden}")
     chunks = hidden // w
     local = max(1, min(chunks, MAX_LOCAL, ctx.device.max_work_group_size))
-    cell = {"lstm_scan": _lstm, "gru_scan": _gru, "rnn_scan": _rnn}[ctx.op_name]
+    cell = {"lstm_scan": _lstm, "qlstm_scan": _lstm, "gru_scan": _gru, "rnn_scan": _rnn}[ctx.op_name]
     s = Scan(ctx, c, w, steps, batch, hidden, width, local)
     body, params, scratch = cell(s)
     prefix = ""
@@ -83,8 +89,10 @@ def _empty(ctx: Ctx, c: str) -> Lowered:
     """No steps, batch or units: the states are h0 (and c0) as they came, y is empty."""
     n = ctx.results[1].numel
     params = _params(c, len(ctx.operands), len(ctx.results), 0)
+    if ctx.op_name == "qlstm_scan":
+        params = Scan.typed_params(ctx, c, 0)
     body = ["const int i = get_global_id(0);", f"if (i >= {n}) return;", "out1[i] = in2[i];"]
-    if ctx.op_name == "lstm_scan":
+    if ctx.op_name in ("lstm_scan", "qlstm_scan"):
         body.append("out2[i] = in3[i];")
     return Lowered([Kernel(kernel_source(f"{ctx.op_name} with nothing to scan", params, body),
                            (max(n, 1),), None)])
@@ -105,6 +113,16 @@ class Scan:
         self.clip = float(ctx.attr("clip"))
         self.lengths = [int(n) for n in ctx.attr("lengths")]
         self.masked = any(n < steps for n in self.lengths)
+        self.quantized = ctx.op_name == "qlstm_scan"
+
+    @staticmethod
+    def typed_params(ctx: Ctx, c: str, n_tmp: int) -> list[str]:
+        """qlstm_scan's parameters: rt and its zero point of 8-bit integers, r_scale f32, the rest `c`."""
+        q = "char" if ctx.operands[1].dtype == "i8" else "uchar"
+        types = [c, q, c, c, "float", q] + [c] * (len(ctx.operands) - 6)
+        return ([f"__global const {t}* restrict in{i}" for i, t in enumerate(types)]
+                + [f"__global {c}* restrict out{j}" for j in range(len(ctx.results))]
+                + [f"__global {c}* restrict tmp{k}" for k in range(n_tmp)])
 
     def lit(self, x: float) -> str:
         return flit(x, self.c)
@@ -116,6 +134,8 @@ class Scan:
         return f"({self.lit(1.0)} / ({self.lit(1.0)} + exp(-({e}))))"
 
     def params(self, n_in: int, n_out: int, n_tmp: int) -> list[str]:
+        if self.quantized:
+            return self.typed_params(self.ctx, self.c, n_tmp)
         return _params(self.c, n_in, n_out, n_tmp)
 
     def units(self, lines: list[str]) -> list[str]:
@@ -136,6 +156,50 @@ class Scan:
         lines += [f"    {name} = fma(hk, {v.load('rp', str(col // H * self.w))}, {name});"
                   for name, col, _ in accs]
         return lines + ["}"]
+
+    def h_quantization(self, h: str) -> list[str]:
+        """hs, hz: the uint8 scale and zero point of sequence b's h (each work-item finds them: the range
+        over [min(h, 0), max(h, 0)] in 255 steps, 1 when empty; the zero point rounded half to even)."""
+        return ["float hlo = 0.0f, hhi = 0.0f;",
+                f"for (int i = 0; i < {self.H}; ++i) {{ const float x = {h}[b * {self.H} + i]; "
+                "hlo = fmin(hlo, x); hhi = fmax(hhi, x); }",
+                "const float hs = hhi == hlo ? 1.0f : (hhi - hlo) / 255.0f;",
+                "const float hz = rint(clamp(0.0f - hlo / hs, 0.0f, 255.0f));",
+                "const int hzi = (int)hz;"]
+
+    def qmatvec(self, accs: list[tuple[str, int, str]], h: str) -> list[str]:
+        """qlstm_scan's matvec: name = init + float(sum_k (hq[b, k] - hz) * (rt[k, col + j ..] - rz)) *
+        (hs * r_scale[col + j ..]), rt packed as in `matvec`; r_scale and r_zero_point are one value or one
+        per column (in4, in5)."""
+        w, H, gw = self.w, self.H, self.G * self.w
+        iv = "int" if w == 1 else f"int{w}"
+        fv = self.v.t
+        per_col = self.ctx.operands[4].rank == 1 and self.ctx.operands[4].dims[0] != 1
+
+        def col(ptr: str, c: int, conv: str) -> str:
+            if not per_col:
+                return f"({conv}){ptr}[0]" if w == 1 else f"({conv})({ptr}[0])"
+            off = f"{c} + j"
+            return (f"({conv}){ptr}[{off}]" if w == 1 else
+                    f"convert_{conv}(vload{w}(0, {ptr} + {off}))")
+
+        def rload(c: int) -> str:
+            off = str(c // H * w)
+            return f"(int)rp[{off}]" if w == 1 else f"convert_int{w}(vload{w}(0, rp + {off}))"
+
+        lines = [f"{iv} q_{name} = ({iv})(0);" for name, _, _ in accs]
+        lines += [f"__global const {self.ctx_q()}* rp = in1 + u * {H * gw};",
+                  f"for (int k = 0; k < {H}; ++k, rp += {gw}) {{",
+                  f"    const int hk = (int)clamp(rint({h}[b * {H} + k] / hs) + hz, 0.0f, 255.0f) - hzi;"]
+        lines += [f"    q_{name} += ({iv})(hk) * ({rload(c)} - {col('in5', c, iv)});" for name, c, _ in accs]
+        lines.append("}")
+        conv = "convert_float" if w == 1 else f"convert_float{w}"
+        lines += [f"const {fv} {name} = {init} + {conv}(q_{name}) * (hs * {col('in4', c, fv)});"
+                  for name, c, init in accs]
+        return lines
+
+    def ctx_q(self) -> str:
+        return "char" if self.ctx.operands[1].dtype == "i8" else "uchar"
 
     def xw(self, gate: int) -> str:
         return self.v.load("in0", f"(t * {self.B} + b) * {self.GH} + {gate * self.H} + j")
@@ -170,13 +234,15 @@ class Scan:
 def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
     """i, o, f, c gates; c stays in out2; peepholes (in4) read once per unit."""
     v, H = s.v, s.H
-    peep = len(s.ctx.operands) > 4
+    p_at = 6 if s.quantized else 4  # the peepholes' operand
+    peep = len(s.ctx.operands) > p_at
     fused = bool(s.ctx.attr("input_forget"))
     init = s.units([s.copy("in2", "tmp0"), s.copy("in3", "out2")])
-    cell = s.matvec([(f"a{g}", g * H, s.xw(g)) for g in range(4)], "hp")
+    accs = [(f"a{g}", g * H, s.xw(g)) for g in range(4)]
+    cell = s.h_quantization("hp") + s.qmatvec(accs, "hp") if s.quantized else s.matvec(accs, "hp")
     cell.append(f"const {v.t} cp = {v.load('out2', s.bj)};")
     if peep:
-        cell += [f"const {v.t} p{k} = {v.load('in4', f'{k * H} + j')};" for k in range(3)]
+        cell += [f"const {v.t} p{k} = {v.load(f'in{p_at}', f'{k * H} + j')};" for k in range(3)]
     gi = "a0 + p0 * cp" if peep else "a0"
     gf = "a2 + p2 * cp" if peep else "a2"
     cell.append(f"const {v.t} gi = {s.sigmoid(s.clipped(gi))};")
