@@ -147,6 +147,12 @@ class CompiledModel:
         from .ir.interpreter import output_names
 
         self._inputs = self._describe(self.func)
+        from .ir.interpreter import input_names
+
+        self._names = input_names(self.func)
+        self._dtypes = [v.type.np_dtype for v in self.func.args]
+        self._checked: set[tuple[tuple[int, ...], ...]] = set()
+        """Input shapes a feed was checked at (a feed of those shapes and dtypes needs no check)."""
         unnamed = frozenset(self.func.attrs.get("unnamed_dims") or ())
         self._outputs = [_node_arg(n, t, unnamed) for n, t in zip(output_names(self.func),
                                                                   self.func.result_types, strict=True)]
@@ -216,16 +222,32 @@ class CompiledModel:
 
     # helpers ------------------------------------------------------------------------------------
     def _arrays(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        """The feed's arrays in argument order. A feed of the names, dtypes and shapes of one checked
+        before is taken as it is (no copy, no walk of the func); anything else is checked in full (every
+        problem named, as check_inputs does) and its shapes remembered."""
         if not isinstance(feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got "
                                   f"{type(feed).__name__}")
+        if len(feed) == len(self._names):
+            try:
+                arrays = [feed[n] for n in self._names]
+            except KeyError:
+                arrays = None
+            if arrays is not None:
+                arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+                if all(a.dtype == d for a, d in zip(arrays, self._dtypes, strict=True)) and \
+                        tuple(a.shape for a in arrays) in self._checked:
+                    return arrays
         from .ir.interpreter import check_inputs
 
         try:
-            return check_inputs(self.func, {k: np.asarray(v) for k, v in feed.items()})
+            arrays = check_inputs(self.func, {k: np.asarray(v) for k, v in feed.items()})
         except DiagnosticError as e:
             raise InvalidArgument(str(e.diagnostics[0].message) + "".join(
                 f"; {n}" for d in e.diagnostics for n in d.notes)) from None
+        if len(self._checked) < 64:
+            self._checked.add(tuple(a.shape for a in arrays))
+        return arrays
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if self._exe is not None:

@@ -24,7 +24,9 @@ from .types import TensorType
 
 def input_names(func: Func) -> list[str]:
     """The keys `tessel-run --inputs` uses: an argument's `name` attribute, else its printed name."""
-    namer = Namer(func)
+    if all(isinstance(a.get("name"), str) for a in func.arg_attrs):
+        return [str(a["name"]) for a in func.arg_attrs]
+    namer = Namer(func)  # walks the whole func (names must not collide): build it only when needed
     return [str(a.get("name")) if isinstance(a.get("name"), str) else namer(v)[1:]
             for v, a in zip(func.args, func.arg_attrs, strict=True)]
 

@@ -97,3 +97,40 @@ def test_zoo_model_swaps_for_onnxruntime(name: str) -> None:
     except FileNotFoundError as e:
         pytest.skip(str(e))
     _swap(str(path), feeds)
+
+
+def test_run_adds_no_work_to_the_executable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first call at some input shapes, `CompiledModel.run` hands the caller's arrays to the
+    executable as they are (no copy, no check that walks the func) and its results back as they come: the
+    API's own cost is a dict lookup per input. A feed that differs (shape, dtype, names) is checked in
+    full again, with the same errors."""
+    import tessel
+    from tessel.api import InvalidArgument
+    from tessel.ir import interpreter
+
+    from .dynamic import cnn
+
+    model = tessel.compile(cnn(), target="opencl" if _opencl() else "numpy")
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    model.run(None, {"x": x})  # checked in full once
+    seen: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
+
+    def executed(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        outs = [np.zeros((1, 10), np.float32)]
+        seen.append((arrays, outs))
+        return outs
+
+    def no_check(*_args: object, **_kw: object) -> None:
+        raise AssertionError("the feed was checked again")
+
+    monkeypatch.setattr(model, "_execute", executed)
+    monkeypatch.setattr(interpreter, "check_inputs", no_check)
+    monkeypatch.setattr(interpreter, "Namer", no_check)
+    outs = model.run(None, {"x": x})
+    (arrays, given), = seen
+    assert arrays[0] is x and outs[0] is given[0]
+    monkeypatch.undo()
+    with pytest.raises(InvalidArgument, match="input 'x' has dtype float64"):
+        model.run(None, {"x": x.astype(np.float64)})
+    with pytest.raises(InvalidArgument, match="missing input 'x'"):
+        model.run(None, {"y": x})
