@@ -5,9 +5,12 @@ table, each with its geomean (DESIGN §8).
     .venv/bin/python bench/bench.py --suite zoo           # `make bench-zoo`: the zoo alone
     .venv/bin/python bench/bench.py --models resnet50,gpt2 --rounds 5 --repeat 20
 
-For each of the onnx package's light models (a seeded random-weight copy, batch 1) it imports, runs -O2,
-lowers for OpenCL and loads (compile time is reported separately), then times tessel-opencl and
-onnxruntime in alternating rounds: each round is the median of --repeat runs after a warm-up. Each model
+For each of the onnx package's light models (a seeded random-weight copy, batch 1) it compiles it as a user
+does, `tessel.compile(model, opt_level=2)` (import, -O2, lowering for OpenCL, load; the compile time and
+first run are reported separately), then times tessel and onnxruntime in alternating rounds, each through
+its Python API (`CompiledModel.run(None, feeds)` against `InferenceSession.run(None, feeds)`): each round is
+the median of --repeat runs after a warm-up. The executable's own loop (`Executable.run` on the arrays, what
+`tessel-run --repeat` times) runs in the same rounds: the "exe ms" column. Each model
 runs in --processes fresh processes, one after the other, and the table shows, for each runtime, the
 best round of any process (DESIGN §9: this VM sometimes drops to one-thread speed for a while, and one
 process can run 20-30% slower than the next for its whole life, for tessel and onnxruntime alike; a
@@ -92,6 +95,22 @@ def suite_of(name: str) -> str:
     return "light" if name in (*MODELS, TRANSFORMER) else "zoo"
 
 
+def timed_pair(fa, fb, repeat: int, sink_a: list[float], sink_b: list[float]) -> float:  # noqa: ANN001
+    """`fa` and `fb` run alternately, `repeat` times each after one warm-up of each (neither always runs
+    first after a pause); every run's ms goes to its sink. Returns `fa`'s median ms."""
+    fa()
+    fb()
+    times_a = []
+    for _ in range(repeat):
+        for fn, times in ((fa, times_a), (fb, sink_b)):
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1000
+            times.append(ms)
+    sink_a.extend(times_a)
+    return statistics.median(times_a)
+
+
 def timed_median(fn, repeat: int, sink: list[float] | None = None) -> float:  # noqa: ANN001
     """Median ms of `repeat` runs after one warm-up; every run's ms also goes to `sink`."""
     fn()  # warm-up
@@ -138,40 +157,37 @@ def load_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
-    from common import ATOL, RTOL, optimize, ort_options, profiled_twin
-    from tessel.targets.numpy.interpreter import run_func
-    from tessel.targets.opencl import device as dev
-    from tessel.targets.opencl.lower import lower_module
-    from tessel.targets.opencl.runtime import Executable
+    import tessel
+    from common import ATOL, RTOL, ort_options, profiled_twin
+    from tessel.targets.numpy.interpreter import input_names, run_func
 
     model, feeds = load_model(name)
     data = model.SerializeToString()
     sess = ort.InferenceSession(data, ort_options(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
 
+    # tessel as users call it: tessel.compile(...).run(None, feeds), like InferenceSession.run
     t0 = time.perf_counter()
-    module = optimize(data, name, args.level)
+    compiled = tessel.compile(data, opt_level=args.level, device=args.device)
     import_ms = (time.perf_counter() - t0) * 1000
-    func = module.func("main") or module.funcs[0]
-    from tessel.targets.numpy.interpreter import input_names
-
-    arrays = [feeds[n] for n in input_names(func)]
-    device = dev.pick_device(args.device)
-    t0 = time.perf_counter()
-    lower_module(module, dev.device_info(device))
-    exe = Executable(module, func, device)
-    got = exe.run(arrays)
+    got = compiled.run(None, feeds)
     compile_ms = (time.perf_counter() - t0) * 1000
+    exe = compiled._exe  # the executable the API runs: its own loop is the CLI's --repeat figure
+    module = compiled.modules["optimized"]
+    func = module.func("main") or module.funcs[0]
+    arrays = [feeds[n] for n in input_names(func)]
     correct = all(np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want, strict=True))
     max_err = max(float(np.abs(g.astype(np.float64) - w).max(initial=0.0))
                   for g, w in zip(got, want, strict=True))
     exe.settle(arrays)  # `auto` execution chooses the pool or the inline device before anything is timed
     cl_rounds, ort_rounds = [], []
     cl_runs: list[float] = []
+    exe_runs: list[float] = []
     ort_runs: list[float] = []
     for _ in range(args.rounds):
         time.sleep(0.3)  # let the other runtime's worker threads stop spinning before timing
-        cl_rounds.append(timed_median(lambda: exe.run(arrays), args.repeat, cl_runs))
+        cl_rounds.append(timed_pair(lambda: compiled.run(None, feeds), lambda: exe.run(arrays), args.repeat,
+                                    cl_runs, exe_runs))
         time.sleep(0.3)
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
     # the overhead column: in each profiled run on the same execution, its wall minus its kernels' summed
@@ -184,6 +200,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     overhead_share = overhead_ms / (statistics.median(pstats.seconds) * 1e3)
     del prof
     median_cl, median_ort = statistics.median(cl_runs), statistics.median(ort_runs)
+    median_exe = statistics.median(exe_runs)
     numpy_ms = None
     if not args.no_numpy:  # last: OpenBLAS threads spin after numpy's GEMMs and would slow the others
         numpy_ms = timed_median(lambda: run_func(module, func, arrays), args.numpy_repeat)
@@ -198,6 +215,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         "median_opencl_ms": round(median_cl, 4),
         "median_ort_ms": round(median_ort, 4),
         "median_ratio": round(median_cl / median_ort, 3),
+        "median_executable_ms": round(median_exe, 4),
         "kernel_ms": round(kernel_ms, 4),
         "overhead_ms": round(overhead_ms, 4),
         "overhead_share": round(overhead_share, 4),
@@ -322,6 +340,7 @@ def render_table(title: str, rows: list[dict]) -> str:
     for col in (
         "model",
         "tessel ms",
+        "exe ms",
         "ort ms",
         "ratio",
         "best ratio",
@@ -336,13 +355,14 @@ def render_table(title: str, rows: list[dict]) -> str:
         table.add_column(col, justify="left" if col in ("model", "execution") else "right")
     for r in rows:
         if "error" in r:
-            table.add_row(r["model"], "error", "", "", "", "", "", "", "", "", "", r["error"][:60])
+            table.add_row(r["model"], "error", "", "", "", "", "", "", "", "", "", "", r["error"][:60])
             continue
         flag = " *" if r["outlier_rounds"] else ""
         share = r["overhead_share"]
         table.add_row(
             r["model"],
             f"{r['median_opencl_ms']:.3f}",
+            f"{r['median_executable_ms']:.3f}" if "median_executable_ms" in r else "-",
             f"{r['median_ort_ms']:.3f}",
             f"{r['median_ratio']:.2f}x",
             f"{r['ratio']:.2f}x{flag}",
