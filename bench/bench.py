@@ -158,14 +158,14 @@ def load_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
     import tessel
-    from common import ATOL, RTOL, ort_options, profiled_twin
+    from common import ATOL, RTOL, openvino_model, ort_options, profiled_twin
     from tessel.targets.numpy.interpreter import input_names, run_func
 
     model, feeds = load_model(name)
     data = model.SerializeToString()
     sess = ort.InferenceSession(data, ort_options(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
-
+    ov = openvino_model(data)  # None without the bench extra
     # tessel as users call it: tessel.compile(...).run(None, feeds), like InferenceSession.run
     t0 = time.perf_counter()
     compiled = tessel.compile(data, opt_level=args.level, device=args.device)
@@ -184,12 +184,16 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     cl_runs: list[float] = []
     exe_runs: list[float] = []
     ort_runs: list[float] = []
+    ov_runs: list[float] = []
     for _ in range(args.rounds):
         time.sleep(0.3)  # let the other runtime's worker threads stop spinning before timing
         cl_rounds.append(timed_pair(lambda: compiled.run(None, feeds), lambda: exe.run(arrays), args.repeat,
                                     cl_runs, exe_runs))
         time.sleep(0.3)
         ort_rounds.append(timed_median(lambda: sess.run(None, feeds), args.repeat, ort_runs))
+        if ov is not None:
+            time.sleep(0.3)
+            timed_median(lambda: ov(feeds), args.repeat, ov_runs)
     # the overhead column: in each profiled run on the same execution, its wall minus its kernels' summed
     # time (two medians taken minutes apart, or over two executables, differ by this VM's noise alone)
     prof = profiled_twin(exe)
@@ -201,6 +205,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     del prof
     median_cl, median_ort = statistics.median(cl_runs), statistics.median(ort_runs)
     median_exe = statistics.median(exe_runs)
+    median_ov = statistics.median(ov_runs) if ov_runs else None
     numpy_ms = None
     if not args.no_numpy:  # last: OpenBLAS threads spin after numpy's GEMMs and would slow the others
         numpy_ms = timed_median(lambda: run_func(module, func, arrays), args.numpy_repeat)
@@ -216,6 +221,8 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         "median_ort_ms": round(median_ort, 4),
         "median_ratio": round(median_cl / median_ort, 3),
         "median_executable_ms": round(median_exe, 4),
+        "median_openvino_ms": median_ov and round(median_ov, 4),
+        "median_ratio_openvino": median_ov and round(median_cl / median_ov, 3),
         "kernel_ms": round(kernel_ms, 4),
         "overhead_ms": round(overhead_ms, 4),
         "overhead_share": round(overhead_share, 4),
@@ -343,6 +350,8 @@ def render_table(title: str, rows: list[dict]) -> str:
         "exe ms",
         "ort ms",
         "ratio",
+        "ov ms",
+        "vs ov",
         "best ratio",
         "overhead",
         "kernels",
@@ -355,7 +364,7 @@ def render_table(title: str, rows: list[dict]) -> str:
         table.add_column(col, justify="left" if col in ("model", "execution") else "right")
     for r in rows:
         if "error" in r:
-            table.add_row(r["model"], "error", "", "", "", "", "", "", "", "", "", "", r["error"][:60])
+            table.add_row(r["model"], "error", *[""] * 13, r["error"][:60])
             continue
         flag = " *" if r["outlier_rounds"] else ""
         share = r["overhead_share"]
@@ -365,6 +374,8 @@ def render_table(title: str, rows: list[dict]) -> str:
             f"{r['median_executable_ms']:.3f}" if "median_executable_ms" in r else "-",
             f"{r['median_ort_ms']:.3f}",
             f"{r['median_ratio']:.2f}x",
+            "-" if not r.get("median_openvino_ms") else f"{r['median_openvino_ms']:.3f}",
+            "-" if not r.get("median_ratio_openvino") else f"{r['median_ratio_openvino']:.2f}x",
             f"{r['ratio']:.2f}x{flag}",
             f"{r['overhead_ms']:.3f} ({100 * share:.0f}%)",
             str(r["kernels"]),
@@ -375,7 +386,7 @@ def render_table(title: str, rows: list[dict]) -> str:
             "yes" if r["correct"] else f"NO ({r['max_abs_err']:.1e})",
         )
     buf = io.StringIO()
-    Console(file=buf, width=170, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
+    Console(file=buf, width=200, force_terminal=sys.stdout.isatty(), highlight=False).print(table)
     ok = [r for r in rows if "ratio" in r and r["model"] != TRANSFORMER]
     if ok:
         worst = max(ok, key=lambda r: r["median_ratio"])
@@ -385,6 +396,10 @@ def render_table(title: str, rows: list[dict]) -> str:
             f"(worst {worst['model']} {worst['median_ratio']:.2f}x), "
             f"{geomean([r['ratio'] for r in ok]):.2f}x by each runtime's best round\n"
         )
+        vs_ov = [r["median_ratio_openvino"] for r in ok if r.get("median_ratio_openvino")]
+        if vs_ov:
+            buf.write(f"geomean tessel-opencl / OpenVINO CPU (f32, latency hint, same threads) over "
+                      f"{len(vs_ov)} models: {geomean(vs_ov):.2f}x by single-process medians\n")
     tf = next((r for r in rows if r["model"] == TRANSFORMER and "ratio" in r), None)
     if tf:
         buf.write(f"transformer encoder (not in the geomean): {tf['median_ratio']:.2f}x onnxruntime "

@@ -29,6 +29,20 @@ def ort_options(**settings: Any) -> Any:
     return opts
 
 
+def openvino_model(data: bytes) -> Any:
+    """OpenVINO's CPU plugin compiling the ONNX model `data` as a user running it for latency would:
+    f32 inference precision, the latency hint, ORT_THREADS threads; None when openvino is not installed
+    (it is in the `bench` extra only)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    core = ov.Core()
+    return core.compile_model(core.read_model(data, b""), "CPU", {
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": ORT_THREADS,
+        "INFERENCE_PRECISION_HINT": "f32"})
+
+
 def optimize(data: bytes, name: str, level: int) -> Any:
     """The ONNX model `data` imported (as `<name>.onnx`) and run through tessel's -O`level` pipeline."""
     from tessel.frontends.onnx.importer import import_model

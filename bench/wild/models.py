@@ -138,9 +138,9 @@ MODELS: list[WildModel] = [
                    "(ConvInteger, com.microsoft DynamicQuantizeLSTM). Each of its 21 convs quantizes its "
                    "input from the float result of a SiLU; onnxruntime's sigmoid is 1 ulp away from the "
                    "correctly rounded value in about a third of the elements, which flips a few roundings "
-                   "to the next quantum, and the flips grow through the later convs (tessel's logits, up to "
-                   "35, differ from onnxruntime's by up to 1.3). No implementation matches its float bits, so the "
-                   "suite compares the decoded characters (the argmax of each step).",
+                   "to the next quantum, and the flips grow through the later convs (tessel's logits, up "
+                   "to 35, differ from onnxruntime's by up to 1.3). No implementation matches its float "
+                   "bits, so the suite compares the decoded characters (the argmax of each step).",
               check="argmax"),
     WildModel("ddddocr_ocr_beta", *DDDD, "ddddocr/common.onnx",
               "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8",
