@@ -477,11 +477,13 @@ def main() -> int:
         rows.append(bench_in_processes(name, args))
     mic = None if args.no_micro else micro(args)
     sys.stdout.write(render(rows, mic, args.processes))
+    from common import cpu_model
     from tessel.targets.opencl import device as dev
 
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "device": dev.describe(dev.pick_device(args.device)),
+        "cpu": cpu_model(),
         "rows": rows,
         "micro": mic,
         "args": vars(args),

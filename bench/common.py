@@ -29,6 +29,20 @@ def ort_options(**settings: Any) -> Any:
     return opts
 
 
+def cpu_model() -> str:
+    """The processor's model name (recorded with every result: schedules and peaks differ between CPUs)."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def openvino_model(data: bytes) -> Any:
     """OpenVINO's CPU plugin compiling the ONNX model `data` as a user running it for latency would:
     f32 inference precision, the latency hint, ORT_THREADS threads; None when openvino is not installed

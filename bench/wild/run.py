@@ -34,7 +34,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import ATOL, RTOL  # noqa: E402
+from common import ATOL, RTOL, cpu_model  # noqa: E402
 from models import WildModel, select  # noqa: E402
 
 RESULTS = HERE.parent / "results"
@@ -184,16 +184,6 @@ def in_subprocess(model: WildModel, args: argparse.Namespace) -> dict[str, Any]:
         if done.returncode != 0 or not out.is_file():
             return {"error": f"subprocess exited with {done.returncode}", "sizes": {}}
         return json.loads(out.read_text())
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _cell_compile(rec: dict[str, Any], static: bool) -> str:
