@@ -28,7 +28,18 @@ import numpy as np
 
 from ....ir.ops.registry import Sig
 from ....ir.types import UNSIGNED_TYPES, float_max, int_range
-from .base import Ctx, Kernel, Lowered, NotLowerable, ctype, index_type, launch_1d, require_static, template
+from .base import (
+    Ctx,
+    DeviceInfo,
+    Kernel,
+    Lowered,
+    NotLowerable,
+    ctype,
+    index_type,
+    launch_1d,
+    require_static,
+    template,
+)
 
 Params = Callable[[Sig], dict[str, str | float]]  # attribute-derived placeholders: templates or numbers
 
@@ -335,7 +346,13 @@ def _group(s: str) -> str:
 
 
 # the kernel ------------------------------------------------------------------------------------------------
-VECTOR_BYTES = 64  # one AVX-512 register: float16, double8, at most 16 lanes (OpenCL's widest vector)
+def vector_lanes(device: DeviceInfo, itemsize: int) -> int:
+    """Lanes of one SIMD register for elements of `itemsize` bytes (the device's preferred float vector
+    width, as the driver reports it, times 4 bytes: AVX-512 float16 / double8, AVX2 float8), at most 16
+    (OpenCL's widest vector)."""
+    return max(1, min(16, device.vector_width * 4 // itemsize))
+
+
 LOOP_CHUNK = 16  # elements per work-item when the op runs a scalar loop
 
 
@@ -414,7 +431,7 @@ def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
     idx, L = index_type(*ins, out), dims[-1]
     rows = out.numel // L if out.numel else 0
     vec = vectorizable(ctx.op_name, sig)
-    width = min(16, VECTOR_BYTES // out.np_dtype.itemsize) if vec else 1
+    width = vector_lanes(ctx.device, out.np_dtype.itemsize) if vec else 1
     width = int(ctx.schedule.get("vector", width)) if vec else 1
     if width not in (1, 2, 4, 8, 16):
         raise NotLowerable(f"schedule vector={width}: OpenCL vectors are 2, 4, 8 or 16 wide")

@@ -45,7 +45,7 @@ def lower_elementwise(ctx: Ctx, rg: Region) -> Lowered:
     types = [v.type for v, _ in src_list] + list(ctx.results)
     vec = vector_ok(rg, rg.ops, types + [TensorType((), d) for _, d in rg.splat.values()])
     out = ctx.results[0]
-    width = min(16, ew.VECTOR_BYTES // max(t.np_dtype.itemsize for t in types)) if vec else 1
+    width = ew.vector_lanes(ctx.device, max(t.np_dtype.itemsize for t in types)) if vec else 1
     L = dims[-1]
     width = 1 if L < width else width
     rows = out.numel // L if out.numel else 0
