@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ir.core import Func, Module
+from ...ir.core import Block, Func, Module
 from ...ir.specialize import is_dynamic, specialize
 from ...passes.manager import PassManager
 from ...passes.pipeline import level_pipeline, parse_pipeline
@@ -52,15 +52,44 @@ def mark_dynamic(module: Module, func: Func, pipeline: str | None = None,
     func.attrs[SPECIALIZE] = spec
 
 
+def dissolve_kernels(block: Block) -> int:
+    """Put the ops of every `kernel` region in `block` (and in its control ops' regions) back in place of
+    the region: what fuse decided on dynamic dims is decided again, sizes known, by the pipeline that
+    compiles a size, as a static compile of that size decides it. Returns how many regions it dissolved."""
+    n = 0
+    for op in list(block.ops):
+        if op.name != "kernel":
+            for r in op.regions:
+                for b in r.blocks:
+                    n += dissolve_kernels(b)
+            continue
+        body = op.regions[0].blocks[0]
+        for arg, v in zip(body.args, op.operands, strict=True):
+            arg.replace_all_uses_with(v)
+        term = body.ops[-1]
+        for inner in list(body.ops[:-1]):
+            body.remove(inner)
+            block.insert_before(op, inner)
+        for r, v in zip(op.results, list(term.operands), strict=True):
+            r.replace_all_uses_with(v)
+        term.drop_operands()
+        op.erase()
+        n += 1
+    return n
+
+
 def compile_size(module: Module, func: Func, shapes: Sequence[Sequence[int]], info: Any,
                  tuning: Any = None, remarks: list | None = None) -> tuple[Module, Func]:
     """`func` specialized to input `shapes`, optimized by its `specialize` pipeline and lowered for `info`:
-    a module of its own (sharing `module`'s weights) holding the lowered func."""
+    a module of its own (sharing `module`'s weights) holding the lowered func. The fused regions of the
+    dynamic func are dissolved first, so the pipeline fuses with the sizes known: a size gets the kernels
+    a static compile of it gets."""
     from .control import has_control
     from .lower import lower_module
 
     spec = dict(func.attrs.get(SPECIALIZE) or {})
     m, f = specialize(module, func, shapes)
+    dissolve_kernels(f.block)
     f.attrs.pop(SPECIALIZE, None)
     PassManager(parse_pipeline(str(spec.get("pipeline") or level_pipeline(2)))).run(m)
     if has_control(f):  # control flow the sizes did not decide: a host plan of static segments runs it
