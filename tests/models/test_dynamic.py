@@ -173,6 +173,21 @@ def test_control_flow(name: str, target: str) -> None:
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def test_a_size_gets_the_kernels_of_its_static_compile() -> None:
+    """-O2 fuses the dynamic module (tessel-opt shows the regions); compiling one size dissolves those
+    regions and fuses again with the sizes known, so the size launches what its static compile launches."""
+    if not _opencl():
+        pytest.skip("no OpenCL platform")
+    dynamic = tessel.compile(cnn())
+    assert any(op.name == "kernel" for op in dynamic.modules["optimized"].walk())
+    for shape in ((1, 3, 16, 16), (2, 3, 13, 9)):
+        feed = _feed(shape, 0)
+        static = tessel.compile(cnn(), input_shapes={"x": list(shape)})
+        np.testing.assert_allclose(dynamic.run(None, feed)[0], static.run(None, feed)[0], rtol=1e-5, atol=1e-6)
+        launched = [(s.name, s.global_size) for s in dynamic._exe.for_shapes([shape]).steps]
+        assert launched == [(s.name, s.global_size) for s in static._exe.steps]
+
+
 def test_loop_carried_values_stay_on_the_device(monkeypatch) -> None:  # noqa: ANN001
     """On OpenCL each iteration of a loop gets the state the last one left on the device (a DeviceArray,
     copied device to device), never a host array; the host reads back the condition and the results."""
