@@ -183,7 +183,8 @@ def test_a_size_gets_the_kernels_of_its_static_compile() -> None:
     for shape in ((1, 3, 16, 16), (2, 3, 13, 9)):
         feed = _feed(shape, 0)
         static = tessel.compile(cnn(), input_shapes={"x": list(shape)})
-        np.testing.assert_allclose(dynamic.run(None, feed)[0], static.run(None, feed)[0], rtol=1e-5, atol=1e-6)
+        (got,), (want,) = dynamic.run(None, feed), static.run(None, feed)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         launched = [(s.name, s.global_size) for s in dynamic._exe.for_shapes([shape]).steps]
         assert launched == [(s.name, s.global_size) for s in static._exe.steps]
 
