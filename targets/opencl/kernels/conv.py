@@ -263,6 +263,7 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     (pixels x columns x lanes) must fit the registers. Depthwise convs: the tile, and whether the input is
     repacked in local memory. A direct 3x3 stride-1 conv Winograd could take also tries Winograd."""
     from .winograd import (
+        MIN_TILES_4X4,
         TRANSFORMS,
         WINOGRAD_SCRATCH,
         pick_gemm_rows,
@@ -295,7 +296,7 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     extra: list[Point] = []
     if (not depthwise and not fused and ctx.is_constant(1) and ctx.device.is_cpu
             and not winograd_legal(ctx, geo, False) and not chosen.get("in_block")):
-        m = 4 if tile_count(geo, 4) >= 32 else 2
+        m = 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2  # the tile Winograd's own default picks
         if sum(scratch_bytes(geo, m, pick_gemm_rows(ctx, tile_count(geo, m)))) <= WINOGRAD_SCRATCH:
             extra.append({"winograd": 1})
     if depthwise:
