@@ -312,12 +312,20 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
         hints = [shape_hints] if isinstance(shape_hints, Mapping) else list(shape_hints)
         func = module.func("main") or module.funcs[0]
         names = [n.name for n in CompiledModel._describe(func)]
+        from .ir.specialize import is_dynamic
+
         for hint in hints:
             unknown = sorted(set(hint) - set(names))
             if unknown or set(hint) != set(names):
                 raise InvalidArgument(f"shape_hints must give every input ({', '.join(names)}); got "
                                       f"{', '.join(hint) or 'none'}")
-            CompiledModel._call(embed_hint, module, func, [list(hint[n]) for n in names], info, tuning)
+            shapes = [list(hint[n]) for n in names]
+            if not is_dynamic(func):  # a static model is compiled for its one size already
+                own = [list(a.type.shape) for a in func.args]
+                if shapes != own:
+                    raise InvalidArgument(f"shape_hints {shapes} do not fit the model's static inputs {own}")
+                continue
+            CompiledModel._call(embed_hint, module, func, shapes, info, tuning)
     levels["target"] = module
     return CompiledModel(module, "opencl", cl_device, levels)
 

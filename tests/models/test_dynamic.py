@@ -84,6 +84,17 @@ def test_inputs_that_do_not_fit() -> None:
         model.run(None, {"x": np.zeros((1, 3, 8), np.float32)})
 
 
+def test_shape_hints_on_a_static_model() -> None:
+    """A static model is compiled for its one size: a hint of that size changes nothing, another is an
+    error (not a crash of the specializer on lowered IR)."""
+    if not _opencl():
+        pytest.skip("no OpenCL platform")
+    static = tessel.compile(cnn(), input_shapes={"x": [1, 3, 16, 16]}, shape_hints={"x": [1, 3, 16, 16]})
+    assert static.run(None, _feed((1, 3, 16, 16), 0))[0].shape == (1, 10)
+    with pytest.raises(InvalidArgument, match=r"do not fit the model's static inputs \[\[1, 3, 16, 16\]\]"):
+        tessel.compile(cnn(), input_shapes={"x": [1, 3, 16, 16]}, shape_hints={"x": [1, 3, 8, 8]})
+
+
 def test_shape_hint_lowers_a_size_ahead(tmp_path) -> None:  # noqa: ANN001
     """tessel compile --shape-hint embeds that size's kernels; tessel-run runs it and another size."""
     if not _opencl():
