@@ -146,7 +146,8 @@ def run_block(module: Module, block: Block, env: dict[int, np.ndarray]) -> list[
                 with np.errstate(all="ignore"):
                     out = opdef.reference(op_sig(op, module.resources), *ins)
         except (ResourceError, OpError) as e:
-            raise DiagnosticError(Diagnostic("error", f"'{op.name}' op {e}", op.pos, op.loc)) from None
+            text = str(e) if op.name == "assert" else f"'{op.name}' op {e}"  # its message says it all
+            raise DiagnosticError(Diagnostic("error", text, op.pos, op.loc)) from None
         outs = list(out) if isinstance(out, list | tuple) else [out]
         for r, o in zip(op.results, outs, strict=True):
             env[id(r)] = np.asarray(o)

@@ -147,6 +147,22 @@ def squeeze_if_gemm() -> bytes:
                        "squeeze_if_gemm")
 
 
+def if_branch_for_other_shapes() -> bytes:
+    """An If on an input whose else branch (a Gemm of the rank-3 x) only converts for shapes where the
+    model would not run: at x [N, 8, 1] it is a branch the run cannot take."""
+    rng = np.random.default_rng(6)
+    then = h.make_graph([h.make_node("Squeeze", ["x", "ax2"], ["sq"]),
+                         h.make_node("Gemm", ["sq", "w"], ["t_out"])],
+                        "then", [], [h.make_tensor_value_info("t_out", T.FLOAT, ["N", 4])])
+    other = h.make_graph([h.make_node("Gemm", ["x", "w"], ["e_out"])], "else", [],
+                         [h.make_tensor_value_info("e_out", T.FLOAT, ["N", 4])])
+    nodes = [h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other, name="pick")]
+    return _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 8, 1]),
+                          h.make_tensor_value_info("flag", T.BOOL, [])],
+                  [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
+                  {"ax2": np.array([2], np.int64), "w": _f32(rng, 8, 4)}, "pick")
+
+
 def loop_counted() -> bytes:
     """A Loop whose trip count is an input: the carried state goes through a small recurrence each time,
     and each iteration's state is a scan output (so that output's length is the trip count)."""

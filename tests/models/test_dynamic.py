@@ -8,11 +8,21 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 import tessel
 from tessel.api import InvalidArgument
 
-from .dynamic import MODELS, cnn, if_on_input, loop_counted, scan_sequence, squeeze_if, squeeze_if_gemm
+from .dynamic import (
+    MODELS,
+    cnn,
+    if_branch_for_other_shapes,
+    if_on_input,
+    loop_counted,
+    scan_sequence,
+    squeeze_if,
+    squeeze_if_gemm,
+)
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -146,6 +156,25 @@ def test_assert_fails_a_run_at_sizes_the_model_cannot_take(target: str) -> None:
     with pytest.raises(InvalidArgument, match="the model cannot run at these input sizes: its If "
                                               "'squeeze_if' takes its else branch"):
         model.run(None, _feed((2, 8, 3), 0))
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_an_if_branch_that_does_not_convert_fails_only_when_taken(target: str) -> None:
+    """An If on an input whose else branch does not convert at the model's shapes (silero-vad's 8 kHz
+    branch at a 16 kHz chunk size, compiled statically) imports with that branch as a failing assert: the
+    other branch runs, and taking this one is an InvalidArgument naming the If and the reason."""
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL platform")
+    data = if_branch_for_other_shapes()
+    model = tessel.compile(data, target=target, input_shapes={"x": [2, 8, 1]})
+    x = np.random.default_rng(1).standard_normal((2, 8, 1)).astype(np.float32)
+    w = onnx.numpy_helper.to_array(next(i for i in onnx.load_from_string(data).graph.initializer
+                                        if i.name == "w"))  # onnxruntime refuses the model: its Gemm
+    (got,) = model.run(None, {"x": x, "flag": np.array(True)})
+    np.testing.assert_allclose(got, x[:, :, 0] @ w, rtol=1e-5, atol=1e-6)
+    with pytest.raises(InvalidArgument, match="the model cannot run at these input sizes: its If 'pick' "
+                                              r"takes its else branch, which does not convert at them"):
+        model.run(None, {"x": x, "flag": np.array(False)})
 
 
 def _control_feeds(name: str) -> list[dict[str, np.ndarray]]:

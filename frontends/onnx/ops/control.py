@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ....ir.attributes import DenseAttr
 from ....ir.core import Block, Op, Region
 from ....ir.diagnostics import DiagnosticError
 from ....ir.ops import control as ops
@@ -75,9 +76,25 @@ def _region(b: Builder, sub: Subgraph, args: Sequence[TensorType]) -> tuple[Regi
         outs = sub.convert(b, given)
         values = [b.value(t) for t in outs]
         block.append(Op("yield", values))
+    except BaseException:
+        _discard(Region([block]))  # the ops made so far must not stay users of the values around
+        raise
     finally:
         b.block, b._materialized = saved, materialized  # constants made inside stay inside
     return Region([block]), [v.type for v in values]
+
+
+def _failing_region(b: Builder, types: Sequence[TensorType], message: str) -> Region:
+    """A branch the model cannot run down at these shapes: an `assert` that fails the run with `message`,
+    then zeros of `types` (the other branch's) to yield."""
+    block = Block([], [])
+    flag = block.append(Op("const", [], [TensorType((), "i1")],
+                           {"value": DenseAttr.splat(False, TensorType((), "i1"))}, loc=b.loc))
+    block.append(Op("assert", [flag.results[0]], [], {"message": message}, loc=b.loc))
+    zeros = [block.append(Op("const", [], [t], {"value": DenseAttr.splat(0, t)}, loc=b.loc)).results[0]
+             for t in types]
+    block.append(Op("yield", zeros))
+    return Region([block])
 
 
 def _discard(*regions: Region) -> None:
@@ -163,8 +180,29 @@ def If(b: Builder, cond: Tensor, *, then_branch: Subgraph, else_branch: Subgraph
         return (then_branch if _flag(cond, "If's condition") else else_branch).convert(b, [])
     if cond.type.is_static and cond.type.numel != 1:
         raise ConversionError(f"If's condition must hold one value, got {cond.type}")
-    then, t1 = _region(b, then_branch, [])
-    other, t2 = _region(b, else_branch, [])
+    regions: list[tuple[Region, list[TensorType]] | None] = []
+    failures: list[str] = []
+    for branch in (then_branch, else_branch):
+        try:
+            regions.append(_region(b, branch, []))
+            failures.append("")
+        except (ConversionError, DiagnosticError) as e:
+            regions.append(None)
+            first = e.diagnostics[0].message if isinstance(e, DiagnosticError) else str(e)
+            failures.append(re.sub(r"^'[^']*': ", "", first))
+    if all(failures):
+        raise ConversionError(f"neither branch converts: {failures[0]}")
+    for k, r in enumerate(regions):
+        if r is None:  # the shapes rule this branch out: taking it fails the run, with the reason
+            other = regions[1 - k]
+            assert other is not None
+            if not all(t.is_static for t in other[1]):
+                raise ConversionError(failures[k])
+            name = b.loc[0][5:] if b.loc else "If"
+            regions[k] = (_failing_region(b, other[1], f"the model cannot run at these input sizes: its If "
+                                          f"'{name}' takes its {('then', 'else')[k]} branch, which does not "
+                                          f"convert at them ({failures[k]})"), list(other[1]))
+    (then, t1), (other, t2) = regions  # type: ignore[misc]
     try:
         ops.result_types("if", [cond.type], {}, [t1, t2])
     except OpError as e:
