@@ -178,7 +178,7 @@ class _Specializer:
 
     def op(self, op: Op, mapping: dict[int, Value]) -> Op:
         operands = [mapping[id(v)] for v in op.operands]
-        attrs = evaluate_attr(op.attrs, self.binding) if any(_symbolic(a) for a in op.attrs.values()) \
+        attrs = evaluate_attr(op.attrs, self.binding) if any(is_symbolic_attr(a) for a in op.attrs.values()) \
             else dict(op.attrs)
         regions = []
         control = (block_arg_types(op.name, [v.type for v in operands], attrs)
@@ -278,13 +278,14 @@ class _Specializer:
         return DiagnosticError(d)
 
 
-def _symbolic(value: Any) -> bool:
+def is_symbolic_attr(value: Any) -> bool:
+    """Whether an attribute value holds a symbolic dim (or a type with one)."""
     if isinstance(value, Sym):
         return True
     if isinstance(value, list):
-        return any(_symbolic(v) for v in value)
+        return any(is_symbolic_attr(v) for v in value)
     if isinstance(value, dict):
-        return any(_symbolic(v) for v in value.values())
+        return any(is_symbolic_attr(v) for v in value.values())
     return isinstance(value, TensorType) and not value.is_static
 
 

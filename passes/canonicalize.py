@@ -136,6 +136,8 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
 
     def drop_true_assert(op: Op, rw: Rewriter) -> bool:
         # assert(const true) -> nothing (a false one stays: the run fails there)
+        if not op.operands:  # in a branch an `if` on a constant dropped
+            return False
         c = const_array(op.operands[0], module)
         if c is None or not bool(np.asarray(c).reshape(-1)[0]):
             return False

@@ -20,6 +20,7 @@ from ..ir.core import Module, Op, Value
 from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.ops.registry import get_op
 from ..ir.resources import ResourceError
+from ..ir.specialize import is_symbolic_attr
 from ..ir.types import TensorType
 from .common import const_array, const_attr, const_op, evaluate, make_const_attr
 from .manager import Pass, PassContext
@@ -44,9 +45,9 @@ class FoldConstants(Pass):
                 or op.name == "const"
                 or not is_pure(op)
                 or not op.results
-                or not op.operands
+                or (not op.operands and (op.regions or any(is_symbolic_attr(a) for a in op.attrs.values())))
             ):
-                continue
+                continue  # an op without operands folds when its attributes are sizes known (dims, range)
             if any(const_attr(v) is None for v in op.operands):
                 continue
             opdef = get_op(op.name)
@@ -88,7 +89,7 @@ class FoldConstants(Pass):
 
     def fold_splat(self, op: Op, module: Module) -> DenseAttr | None:
         """Splats in, splat out, computed on one element: elementwise ops, and ops that only move data."""
-        if len(op.results) != 1 or not op.result.type.is_static:
+        if len(op.results) != 1 or not op.result.type.is_static or not op.operands:
             return None
         d = get_op(op.name)
         first = const_attr(op.operands[0])
