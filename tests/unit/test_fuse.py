@@ -336,7 +336,7 @@ def test_lit_cases_run_the_same_and_keep_the_contract(
 ) -> None:
     m = parse_module(chunk, path.name)
     f = m.funcs[0]
-    args = list(random_inputs(f, seed=index, sizes={"N": 3, "H": 5, "W": 6}).values())  # @dynamic*
+    args = list(random_inputs(f, seed=index, sizes={"N": 3, "H": 5, "W": 6, "M": 4}).values())  # @dynamic*
     before = run_func(m, f, args)
     pm = run_pipeline(m, f"fuse{{recompute={'true' if recompute else 'false'}}}")
     after = run_func(m, m.funcs[0], args)
