@@ -147,6 +147,22 @@ def test_if_with_branches_of_other_ranks_splits_the_rest() -> None:
             "its else branch, after which the graph does not convert (ONNX node 'fc' (Gemm):") in text
 
 
+def test_an_if_whose_rest_converts_after_neither_branch_is_an_import_error() -> None:
+    """A Conv after the If takes neither the squeezed rank nor the other: one error naming the If."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.diagnostics import DiagnosticError
+
+    from .dynamic import _f32, _squeeze_if
+
+    rng = np.random.default_rng(8)
+    conv = onnx.helper.make_node("Conv", ["s", "w"], ["y"], name="conv")
+    data = _squeeze_if([conv], {"w": _f32(rng, 4, 8, 3, 3)}, ["N", 4, None, None], "neither")
+    with pytest.raises(DiagnosticError, match="ONNX node 'squeeze_if' \\(If\\): the branches yield .* with "
+                                              "the rest of the graph converted into each branch, neither "
+                                              "converts"):
+        import_model(data, "neither.onnx")
+
+
 @pytest.mark.parametrize("target", ["numpy", "opencl"])
 def test_assert_fails_a_run_at_sizes_the_model_cannot_take(target: str) -> None:
     if target == "opencl" and not _opencl():
