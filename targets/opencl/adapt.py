@@ -6,6 +6,7 @@ Executable's (runtime.py): it runs the executable's own `enqueue` under each `pl
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -49,6 +50,11 @@ class Choice:
     recheck_at: float  # perf_counter() time of the next recheck
 
 
+def workers_pinned() -> bool:
+    """Whether PoCL pins its worker threads one a core (POCL_AFFINITY set, and not 0)."""
+    return os.environ.get("POCL_AFFINITY", "0").strip() not in ("", "0")
+
+
 class Adaptive:
     """`auto`'s choosing, for runtime.Executable (whose attributes and methods these use)."""
 
@@ -59,6 +65,16 @@ class Adaptive:
     _runs: int
     _choice: Choice | None
     _live: list[int]
+
+    def _cooperative_ok(self) -> bool:
+        """Whether `auto` may run cooperatively here: the device can, and PoCL's workers are not pinned
+        (POCL_AFFINITY set and not 0): pinned one a core, the worker that takes the pool's work-group is
+        half the time the one on the calling thread's core, and both spin on one core until the scheduler
+        moves the calling thread (a squeezenet's median 3.0 ms unpinned, 6.5-7.9 pinned); `auto` measured
+        that once and kept cooperative from a lucky phase."""
+        if workers_pinned():
+            return False
+        return self._cooperative_runner() is not None
 
     def _step_us(self, device: Any, kernels: Sequence[Any], repeat: int = 3) -> list[float]:
         """Median µs of each step with work, run alone on `device` (a profiling queue of its own, over the
@@ -93,7 +109,7 @@ class Adaptive:
         plans = {"pool": ["pool"] * n}
         if not long:
             plans["inline"] = ["inline"] * n
-        if self._cooperative_runner() is not None:
+        if self._cooperative_ok():
             plans["cooperative"] = ["cooperative"] * n
         if len(plans) == 1:
             self.adapt_note = f"pool: a run takes {pool * 1e3:.1f} ms, dispatch cannot matter"
@@ -135,7 +151,7 @@ class Adaptive:
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
-        if rival == "cooperative" and self._cooperative_runner() is None:  # a record's rivals: not here
+        if rival == "cooperative" and not self._cooperative_ok():  # a record's rivals: not here
             self._choice = Choice(best, others[1:], plans, self._choice.recheck_at)
             return
         t0 = time.perf_counter()
@@ -181,7 +197,7 @@ class Adaptive:
         cooperative program is built only when a recheck tries it)."""
         n = len(self._live)
         plans = {"cooperative": ["cooperative"] * n, "pool": ["pool"] * n, "inline": ["inline"] * n}
-        if self.preferred == "cooperative" and self._cooperative_runner() is None:
+        if not self._cooperative_ok():
             del plans["cooperative"]
         way = self.preferred if self.preferred in plans else "pool"
         self.place(plans[way])

@@ -262,3 +262,27 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     exe.run(x)
     assert exe.placement[0] == "cooperative" and exe._choice is not None
     assert exe._choice.way == "cooperative" and exe._choice.others[-1] == "inline"
+
+
+def test_auto_leaves_cooperative_out_when_pocl_pins_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With POCL_AFFINITY set (workers pinned one a core), cooperative runs share a core half the time:
+    `auto` compares the pool and inline only, and a tuning record's cooperative falls back to the pool."""
+    needs_companion()
+    from tessel.targets.opencl import adapt
+
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    if exe._cooperative_runner() is None:
+        pytest.skip("this device cannot run cooperatively")
+    compared: list[set[str]] = []
+    monkeypatch.setattr(exe, "_interleaved", lambda _x, plans, *_a: compared.append(set(plans)) or
+                        {k: [1.0] * 3 for k in plans})
+    monkeypatch.setenv("POCL_AFFINITY", "1")
+    assert adapt.workers_pinned()
+    exe._adapt(inputs(m.funcs[0], 0))
+    assert compared and "cooperative" not in compared[0] and "pool" in compared[0]
+    exe.preferred, exe._choice = "cooperative", None
+    exe._prefer()
+    assert exe._choice is not None and exe._choice.way == "pool" and "cooperative" not in exe._choice.plans
+    monkeypatch.setenv("POCL_AFFINITY", "0")
+    assert not adapt.workers_pinned()
