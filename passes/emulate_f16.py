@@ -82,6 +82,8 @@ def emulate_block(block: Block, module: Module, types: tuple[str, ...] = HALF) -
                 if id(v) not in widened:
                     widened[id(v)] = _to_f32(block, op, v, module)
                 op.set_operand(i, widened[id(v)])
+        if op.name == "cast" and op.attrs.get("to") in types:  # an i32 -> f16 cast now casts to f32
+            op.attrs["to"] = "f32"
         for r in op.results:
             if r.type.dtype not in types:
                 continue
