@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .attributes import DenseAttr
 from .core import Block, Func, Module, Op, Region, Value
 from .diagnostics import Diagnostic, DiagnosticError
 from .errors import OpError
-from .ops.control import block_arg_types, result_types
+from .ops.control import block_arg_types, failing_region, result_types
 from .ops.registry import get_op, has_trait, op_sig
 from .resources import ResourceTable
 from .symbolic import Sym, evaluate, format_dim
@@ -256,21 +255,12 @@ class _Specializer:
         fits = next(k for k in range(len(regions)) if k not in failed)
         want = regions[fits].block.ops[-1].operand_types
         for k, e in failed.items():
-            nb = Block([], [])
-            flag = nb.append(Op("const", [], [TensorType((), "i1")],
-                                {"value": DenseAttr.splat(False, TensorType((), "i1"))}, loc=op.loc))
-            reason = e.diagnostics[0].message
-            nb.append(Op("assert", [flag.result], [], {
-                "message": f"the model cannot run at these input sizes: its branch #{k} of 'if' does not fit "
-                           f"them: {reason}"}, loc=op.loc))
-            zeros = [nb.append(Op("const", [], [t], {"value": DenseAttr.splat(0, t)}, loc=op.loc)).result
-                     for t in want]
-            nb.append(Op("yield", zeros))
-            old = regions[k].block
-            for inner in list(old.ops):
+            for inner in list(regions[k].block.ops):
                 for x in list(inner.walk()):
                     x.drop_operands()
-            regions[k] = Region([nb])
+            message = (f"the model cannot run at these input sizes: its branch #{k} of 'if' does not fit "
+                       f"them: {e.diagnostics[0].message}")
+            regions[k] = failing_region(want, message, op.loc)
 
     def error(self, op: Op, message: str, sizes: bool = True) -> DiagnosticError:
         text = ", ".join(f"{k} = {v}" for k, v in sorted(self.binding.items())) if sizes else ""

@@ -204,6 +204,22 @@ register(OpDef("scan", ("inputs*",), infer=_infer, reference=_scan_ref, results=
                    "results: the final states, then the output slices stacked along their axes."))
 
 
+def failing_region(types: Sequence[TensorType], message: str, loc: Any = ()) -> Any:
+    """A region the run cannot take (an `if` branch that does not fit the shapes): an `assert` on a constant
+    false that fails the run with `message`, then zeros of `types` to yield (what the other branch gives)."""
+    from ..attributes import DenseAttr
+    from ..core import Block, Op, Region
+
+    flag_t = TensorType((), "i1")
+    block = Block([], [])
+    flag = block.append(Op("const", [], [flag_t], {"value": DenseAttr.splat(False, flag_t)}, loc=loc))
+    block.append(Op("assert", [flag.results[0]], [], {"message": message}, loc=loc))
+    zeros = [block.append(Op("const", [], [t], {"value": DenseAttr.splat(0, t)}, loc=loc)).results[0]
+             for t in types]
+    block.append(Op("yield", zeros))
+    return Region([block])
+
+
 class AssertionFailed(OpError):
     """A run reached an `assert` whose condition is false: the model cannot run on these inputs."""
 

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ....ir.attributes import DenseAttr
 from ....ir.core import Block, Op, Region
 from ....ir.diagnostics import DiagnosticError
 from ....ir.ops import control as ops
@@ -82,19 +81,6 @@ def _region(b: Builder, sub: Subgraph, args: Sequence[TensorType]) -> tuple[Regi
     finally:
         b.block, b._materialized = saved, materialized  # constants made inside stay inside
     return Region([block]), [v.type for v in values]
-
-
-def _failing_region(b: Builder, types: Sequence[TensorType], message: str) -> Region:
-    """A branch the model cannot run down at these shapes: an `assert` that fails the run with `message`,
-    then zeros of `types` (the other branch's) to yield."""
-    block = Block([], [])
-    flag = block.append(Op("const", [], [TensorType((), "i1")],
-                           {"value": DenseAttr.splat(False, TensorType((), "i1"))}, loc=b.loc))
-    block.append(Op("assert", [flag.results[0]], [], {"message": message}, loc=b.loc))
-    zeros = [block.append(Op("const", [], [t], {"value": DenseAttr.splat(0, t)}, loc=b.loc)).results[0]
-             for t in types]
-    block.append(Op("yield", zeros))
-    return Region([block])
 
 
 def _discard(*regions: Region) -> None:
@@ -199,9 +185,9 @@ def If(b: Builder, cond: Tensor, *, then_branch: Subgraph, else_branch: Subgraph
             if not all(t.is_static for t in other[1]):
                 raise ConversionError(failures[k])
             name = b.loc[0][5:] if b.loc else "If"
-            regions[k] = (_failing_region(b, other[1], f"the model cannot run at these input sizes: its If "
-                                          f"'{name}' takes its {('then', 'else')[k]} branch, which does not "
-                                          f"convert at them ({failures[k]})"), list(other[1]))
+            message = (f"the model cannot run at these input sizes: its If '{name}' takes its "
+                       f"{('then', 'else')[k]} branch, which does not convert at them ({failures[k]})")
+            regions[k] = (ops.failing_region(other[1], message, b.loc), list(other[1]))
     (then, t1), (other, t2) = regions  # type: ignore[misc]
     try:
         ops.result_types("if", [cond.type], {}, [t1, t2])

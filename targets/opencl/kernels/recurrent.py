@@ -118,7 +118,7 @@ class Scan:
     @staticmethod
     def typed_params(ctx: Ctx, c: str, n_tmp: int) -> list[str]:
         """qlstm_scan's parameters: rt and its zero point of 8-bit integers, r_scale f32, the rest `c`."""
-        q = "char" if ctx.operands[1].dtype == "i8" else "uchar"
+        q = _int8_ctype(ctx)
         types = [c, q, c, c, "float", q] + [c] * (len(ctx.operands) - 6)
         return ([f"__global const {t}* restrict in{i}" for i, t in enumerate(types)]
                 + [f"__global {c}* restrict out{j}" for j in range(len(ctx.results))]
@@ -188,7 +188,7 @@ class Scan:
             return f"(int)rp[{off}]" if w == 1 else f"convert_int{w}(vload{w}(0, rp + {off}))"
 
         lines = [f"{iv} q_{name} = ({iv})(0);" for name, _, _ in accs]
-        lines += [f"__global const {self.ctx_q()}* rp = in1 + u * {H * gw};",
+        lines += [f"__global const {_int8_ctype(self.ctx)}* rp = in1 + u * {H * gw};",
                   f"for (int k = 0; k < {H}; ++k, rp += {gw}) {{",
                   f"    const int hk = (int)clamp(rint({h}[b * {H} + k] / hs) + hz, 0.0f, 255.0f) - hzi;"]
         lines += [f"    q_{name} += ({iv})(hk) * ({rload(c)} - {col('in5', c, iv)});" for name, c, _ in accs]
@@ -197,9 +197,6 @@ class Scan:
         lines += [f"const {fv} {name} = {init} + {conv}(q_{name}) * (hs * {col('in4', c, fv)});"
                   for name, c, init in accs]
         return lines
-
-    def ctx_q(self) -> str:
-        return "char" if self.ctx.operands[1].dtype == "i8" else "uchar"
 
     def xw(self, gate: int) -> str:
         return self.v.load("in0", f"(t * {self.B} + b) * {self.GH} + {gate * self.H} + j")
@@ -302,6 +299,11 @@ def _rnn(s: Scan) -> tuple[list[str], list[str], list[int]]:
     cell += [f"const {v.t} hnew = {expr};", *s.update("hnew", [])]
     final = s.units([s.copy("hl", "out1")])
     return s.loop(init, s.units(cell), final), s.params(3, 2, 1), [2 * s.state_bytes]
+
+
+def _int8_ctype(ctx: Ctx) -> str:
+    """qlstm_scan's rt (and zero point) C type."""
+    return "char" if ctx.operands[1].dtype == "i8" else "uchar"
 
 
 def _params(c: str, n_in: int, n_out: int, n_tmp: int) -> list[str]:
