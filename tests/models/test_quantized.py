@@ -105,3 +105,25 @@ def test_dynamically_quantized_lstm_matches_onnxruntime(target: str, tmp_path: P
         for got, want in zip(compiled.run(None, feed), sess.run(None, feed), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
+
+
+def test_dynamically_quantized_lstm_without_its_scales_is_an_import_error() -> None:
+    """A DynamicQuantizeLSTM missing its R scale and zero point names them, at the node."""
+    from onnx import TensorProto, helper
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.diagnostics import DiagnosticError
+
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(rng.integers(-8, 8, (1, 4, 16)).astype(np.int8), "W"),
+             onnx.numpy_helper.from_array(rng.integers(-8, 8, (1, 4, 16)).astype(np.int8), "R"),
+             onnx.numpy_helper.from_array(np.array([0.01], np.float32), "ws"),
+             onnx.numpy_helper.from_array(np.array([0], np.int8), "wz")]
+    node = helper.make_node("DynamicQuantizeLSTM", ["x", "W", "R", "", "", "", "", "", "ws", "wz"], ["y"],
+                            domain="com.microsoft", hidden_size=4, name="qlstm")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1, 1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(DiagnosticError, match="ONNX node 'qlstm' \\(DynamicQuantizeLSTM\\): "
+                                              "DynamicQuantizeLSTM needs R_scale, R_zero_point"):
+        import_model(model.SerializeToString(), "qlstm.onnx")
