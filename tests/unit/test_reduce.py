@@ -180,12 +180,13 @@ def resnet50() -> str:
 
 def test_resnet50_reduces_below_30_lines(resnet50: str) -> None:
     assert resnet50.count("\n") > 400
-    t0 = time.perf_counter()
     result = reduce_module(resnet50, lambda text: CONV_THEN_RELU.search(text) is not None)
     assert result.initial_ops == 444
     assert result.lines < 30, result.text
     assert CONV_THEN_RELU.search(result.text) and not verify(parse_module(result.text))
-    assert time.perf_counter() - t0 < 20
+    # the work, counted rather than timed: chunked deletion asks the test a few dozen times (43 measured),
+    # where one op at a time would ask it hundreds of times
+    assert result.tests <= 100 and result.rounds <= 3
 
 
 @pytest.mark.slow
@@ -239,9 +240,12 @@ def test_mismatch_reduction_with_the_miscompile_plugin() -> None:
 
 
 @pytest.mark.skipif(not CAN_FORK, reason="needs fork")
-def test_isolation_survives_hangs_deaths_and_exceptions() -> None:
+def test_isolation_survives_hangs_deaths_and_exceptions(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+
     def hang() -> tuple[bool, str]:
-        time.sleep(60)
+        pid_file.write_text(str(os.getpid()))
+        time.sleep(600)
         return True, ""
 
     def die() -> tuple[bool, str]:
@@ -251,9 +255,10 @@ def test_isolation_survives_hangs_deaths_and_exceptions() -> None:
     def boom() -> tuple[bool, str]:
         raise RecursionError("deep")
 
-    t0 = time.perf_counter()
     assert run_isolated(hang, timeout=0.5) == (False, "it ran past the 0.5 s timeout")
-    assert time.perf_counter() - t0 < 10
+    if pid_file.exists():  # (a child not yet scheduled when killed wrote nothing)
+        with pytest.raises(ProcessLookupError):  # the hung child was killed and reaped, not left sleeping
+            os.kill(int(pid_file.read_text()), 0)
     assert run_isolated(die) == (False, "the check died with signal 9")
     assert run_isolated(boom) == (False, "the check failed: RecursionError: deep")
     assert run_isolated(lambda: (True, "yes")) == (True, "yes")
