@@ -300,7 +300,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     peaks = load_peaks(device)
     if peaks is None:
         say("calibrating the device's roofline (tessel-run --calibrate)", 0.0)
-        peaks = calibrate(device, repeat=3)
+        peaks = calibrate(device)
         save_peaks(device, peaks)
     say("finding the model's kernels", 0.0)
     kernels, models = collect(text, info, options, fp, peaks)
