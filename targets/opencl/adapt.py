@@ -38,6 +38,14 @@ RECHECK_CYCLES = 4
 RECHECK_SHARE = 0.02
 """The most of a process's time rechecks may take: the next one waits until its runs would be this share of
 the time since the last."""
+SLOW_FACTOR = 1.3
+"""A run of `auto`'s choice is slow when it takes over this many times the choice's median when compared."""
+SLOW_RUNS = (6, 8)
+"""`auto` compares every way again, at once, when this many of the choice's last runs (6 of 8) were slow:
+another process came to need a core. Cooperative execution then loses most (a work-group claimed by a
+worker that the scheduler took off its core holds up every step after it: a squeezenet went from 3.0 to
+7-10 ms a run beside a busy process, while inline kept 5.7), and waiting for the next recheck (a pair of
+ways, RECHECK_SHARE apart) took seconds and chose the pool."""
 
 
 @dataclass
@@ -48,6 +56,26 @@ class Choice:
     others: list[str]  # the other ways, the one the next recheck tries first
     plans: dict[str, list[str]]  # each way's placement of the steps
     recheck_at: float  # perf_counter() time of the next recheck
+    expected: float = 0.0  # seconds a run of `way` took when last compared (0: not measured)
+
+
+class SlowRuns:
+    """Notices a run of slow runs: `observe(seconds, expected)` is True once SLOW_RUNS[0] of the last
+    SLOW_RUNS[1] runs took over SLOW_FACTOR x `expected` (then it starts counting afresh)."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self) -> None:
+        self.bits = 0  # bit i: the i-th last run was slow
+
+    def observe(self, seconds: float, expected: float) -> bool:
+        if expected <= 0.0:
+            return False
+        self.bits = ((self.bits << 1) | (seconds > SLOW_FACTOR * expected)) & ((1 << SLOW_RUNS[1]) - 1)
+        if self.bits.bit_count() >= SLOW_RUNS[0]:
+            self.bits = 0
+            return True
+        return False
 
 
 def workers_pinned() -> bool:
@@ -64,6 +92,9 @@ class Adaptive:
     companion: Any
     _runs: int
     _choice: Choice | None
+    _slow: SlowRuns
+    _slowed: float
+    _compare_again_at: float
     _live: list[int]
 
     def _cooperative_ok(self) -> bool:
@@ -142,7 +173,7 @@ class Adaptive:
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
         others = [k for k in sorted(ratio, key=lambda k: ratio[k]) if k != best]
-        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS)
+        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS, ratio[best] * pool)
 
     def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
         """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
@@ -152,22 +183,48 @@ class Adaptive:
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
         if rival == "cooperative" and not self._cooperative_ok():  # a record's rivals: not here
-            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at)
+            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at, self._choice.expected)
             return
         t0 = time.perf_counter()
         times = self._interleaved(inputs, {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
         ratio = _median_ratio(times[rival], times[best])
         now = statistics.median(times[best])
+        expected = now
         if ratio >= ADAPT_MARGIN:
             others = [*others[1:], rival]  # the next recheck tries the next way
         else:
+            expected = statistics.median(times[rival])
             best, others = rival, [best, *others[1:]]
             self.adapt_note = (f"{best}: {best} {ratio * now * 1e3:.3f} ms, {others[0]} {now * 1e3:.3f} ms a "
                                f"run (rechecked: {others[0]} had been chosen)")
         self.place(plans[best])
         done = time.perf_counter()
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
-        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE))
+        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE),
+                              expected)
+
+    def _observe(self, seconds: float) -> None:
+        """After a run of `auto`'s choice that took `seconds`: when SlowRuns says the choice's runs have
+        slowed (another process needs a core), the next run compares every way again first (`_adapt`; not
+        this one: its results may be on the device, and the comparing runs would overwrite them), at most
+        RECHECK_SHARE of the time since the last such comparison. The rechecks bring the choice back once
+        the machine is free: the ways that lost come first in their turn."""
+        choice = self._choice
+        if (choice is not None and choice.others and self._slow.observe(seconds, choice.expected)
+                and time.perf_counter() >= self._compare_again_at):
+            self._slowed = seconds
+
+    def _compare_again(self, inputs: Sequence[np.ndarray]) -> None:
+        """`_adapt` again, because the choice's runs slowed (`_observe`)."""
+        assert self._choice is not None
+        way, was, now = self._choice.way, self._choice.expected, self._slowed
+        self._slowed = 0.0
+        t0 = time.perf_counter()
+        self._adapt(inputs)
+        done = time.perf_counter()
+        self._compare_again_at = done + (done - t0) / RECHECK_SHARE
+        self.adapt_note += (f" (compared again: {way}'s runs had slowed from {was * 1e3:.3f} to "
+                            f"{now * 1e3:.3f} ms)")
 
     def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
                      block: int) -> dict[str, list[float]]:
@@ -203,7 +260,7 @@ class Adaptive:
         self.place(plans[way])
         others = [k for k in plans if k != way]  # cooperative first: on PoCL's CPU device it usually wins
         self.adapt_note = f"{way}: the tuning record's way (rechecked against {' and '.join(others)})"
-        self._choice = Choice(way, others, plans, time.perf_counter() + RECHECK_SECONDS)
+        self._choice = Choice(way, others, plans, time.perf_counter() + RECHECK_SECONDS)  # not timed yet
 
     def settle(self, inputs: Sequence[np.ndarray]) -> None:
         """Under `auto`, choose among the pool, the inline device and a hybrid of both now (once), on these

@@ -24,7 +24,7 @@ from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from . import cache as program_cache
 from . import device as dev
-from .adapt import ADAPT_AFTER, Adaptive, Choice
+from .adapt import ADAPT_AFTER, Adaptive, Choice, SlowRuns
 from .checks import RunChecks, bounds_checked, env_flag
 from .memory import check_memory
 
@@ -131,6 +131,9 @@ class Executable(Adaptive):
         """Why `running_on` is what it is, once `auto` has decided (times measured)."""
         self._runs = 0
         self._choice: Choice | None = None  # once `auto` has compared the ways
+        self._slow = SlowRuns()  # notices when the choice's runs slow down (another process on a core)
+        self._slowed = 0.0  # a slowed run's seconds, when the next run is to compare the ways again
+        self._compare_again_at = 0.0  # perf_counter() time before which the slowing is not acted on
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
         self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)
         self._cooperative_tried = False  # whether _cooperative_runner has tried to make it
@@ -492,9 +495,16 @@ class Executable(Adaptive):
         `on_device`, DeviceArrays over this executable's result slots, valid until its next run."""
         self._count(inputs)
         choice = self._choice
-        if choice is not None and choice.others and time.perf_counter() >= choice.recheck_at:
+        if choice is None:
+            return self.enqueue(inputs, on_device)[0]
+        if self._slowed:
+            self._compare_again(inputs)
+        elif choice.others and time.perf_counter() >= choice.recheck_at:
             self._recheck(inputs)
-        return self.enqueue(inputs, on_device)[0]
+        t0 = time.perf_counter()
+        results = self.enqueue(inputs, on_device)[0]
+        self._observe(time.perf_counter() - t0)
+        return results
 
     def measure(
         self, inputs: Sequence[np.ndarray], repeat: int, warmup: int = 1

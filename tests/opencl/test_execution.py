@@ -286,3 +286,65 @@ def test_auto_leaves_cooperative_out_when_pocl_pins_its_workers(monkeypatch: pyt
     assert exe._choice is not None and exe._choice.way == "pool" and "cooperative" not in exe._choice.plans
     monkeypatch.setenv("POCL_AFFINITY", "0")
     assert not adapt.workers_pinned()
+
+
+def test_slow_runs_counts_six_slow_of_the_last_eight() -> None:
+    """SlowRuns fires when 6 of the last 8 runs took over SLOW_FACTOR x the expected time, then counts
+    afresh; nothing is expected of a choice never timed (expected 0)."""
+    from tessel.targets.opencl.adapt import SLOW_FACTOR, SlowRuns
+
+    slow, fast = SLOW_FACTOR * 1.01, SLOW_FACTOR * 0.99
+    s = SlowRuns()
+    assert [s.observe(t, 1.0) for t in (slow, fast, slow, slow, fast, slow, slow)] == [False] * 7
+    assert s.observe(slow, 1.0)  # 6 of these 8
+    assert not any(s.observe(slow, 1.0) for _ in range(5))  # afresh: 5 so far
+    assert not any(s.observe(100.0, 0.0) for _ in range(10))
+    s = SlowRuns()
+    assert not any(s.observe(t, 1.0) for t in [slow, fast] * 20)  # half slow: the VM's noise, no more
+
+
+def test_auto_compares_again_when_another_process_slows_its_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto` chose cooperative on a free machine; a busy process then takes a core, and cooperative runs
+    (a step waits for a worker the scheduler took off its core) become slower than inline. After SLOW_RUNS
+    slow runs the next run compares every way again and switches to inline, without waiting for a recheck;
+    a later slowing within RECHECK_SHARE of that comparison's time is not acted on."""
+    needs_companion()
+    from tessel.targets.opencl import adapt
+
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    if exe._cooperative_runner() is None:
+        pytest.skip("this device cannot run cooperatively")
+    clock = {"now": 0.0}
+    cost = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
+    ran: list[str] = []
+    monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
+
+    def enqueue(_inputs, _on_device=False):  # noqa: ANN001, ANN202
+        way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
+        ran.append(way)
+        clock["now"] += cost[way] * 1e-3
+        return [[]], []
+
+    monkeypatch.setattr(exe, "enqueue", enqueue)
+    monkeypatch.setattr(exe, "place", lambda where: setattr(exe, "placement", list(where)))
+    monkeypatch.setattr(exe, "_step_us", lambda device, kernels: [1.0] * len(exe._live))
+    x = inputs(m.funcs[0], 0)
+    exe._runs = ADAPT_AFTER  # past the adapt run
+    exe._adapt(x)
+    assert exe._choice is not None and exe._choice.way == "cooperative"
+    assert exe._choice.expected == pytest.approx(0.6e-3)
+    cost.update({"pool": 1.6, "inline": 1.05, "cooperative": 2.0, "hybrid": 1.5})  # a busy process
+    del ran[:]
+    for _ in range(adapt.SLOW_RUNS[0]):
+        exe.run(x)
+    assert ran == ["cooperative"] * adapt.SLOW_RUNS[0]  # noticed, acted on at the next run
+    exe.run(x)
+    assert exe._choice.way == "inline" and ran[-1] == "inline" and len(ran) > adapt.SLOW_RUNS[0] + 1
+    assert "compared again: cooperative's runs had slowed from 0.600 to 2.000 ms" in exe.adapt_note
+    assert exe._choice.expected == pytest.approx(1.05e-3)
+    cost["inline"] = 3.0  # slower still, too soon after that comparison
+    del ran[:]
+    for _ in range(2 * adapt.SLOW_RUNS[1]):
+        exe.run(x)
+    assert ran == ["inline"] * 2 * adapt.SLOW_RUNS[1]
