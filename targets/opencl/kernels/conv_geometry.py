@@ -78,7 +78,14 @@ def dense_columns(o: int, out_block: int = 0) -> tuple[int, int]:
     24 channels take three 8-wide columns, none padded (shufflenet's 3 -> 24 stem: 0.205 -> 0.138 ms),
     unless the output is in blocks of 16: then two 16-wide columns cover both blocks and store the padding
     lanes' zeros themselves (three 8-wide ones would leave lanes 24..31 to a zeroing kernel; three 16-wide
-    ones computed 48 channels, and the zeroing kernel: 0.29 -> 0.14 ms on that stem)."""
+    ones computed 48 channels, and the zeroing kernel: 0.29 -> 0.14 ms on that stem).
+
+    Not yet a rule from the device: on the AMD EPYC (Zen 4) VM, NCHW outputs, ms for (8, 3) / (16, 2) /
+    (16, 3) columns: 3x3/2 3->24 224^2 0.140 / 0.239 / 0.232; 1x1 32->24 56^2 0.059 / 0.051 / 0.064; 3x3
+    16->24 112^2 0.452 / 0.524 / 0.433; 1x1 24->72 56^2 0.075 / 0.120 / 0.106; 1x1 64->72 28^2 0.075 /
+    0.071 / 0.056; 1x1 40->20 28^2 0.018 / 0.025 / 0.033. Narrow columns win on short reductions (24-40
+    channel-taps) and lose on long ones, which neither padded lanes nor vector instructions explain alone;
+    the tuner's conv space has `cols` and `vcols` and finds these."""
     if o == 24 and out_block != 16:
         return 8, 3
     return (16, 3) if math.ceil(o / 48) * 48 < math.ceil(o / 32) * 32 else (16, 2)
