@@ -356,10 +356,14 @@ static bool tessel_wait(volatile __global int* S, const int i, const int n, cons
 POOL_KERNEL = "tessel_pool"
 """The pool's persistent kernel: every cooperative step of each run, in order (a step that runs alone is
 the calling thread's, and only waited for), run after run while the host keeps starting them."""
-POOL_SPIN = 1 << 18
-"""Reads of K[GEN] the pool's work-group makes, waiting for the next run, before it leaves (about 200 us
-on this machine; docs/opencl.md "Cooperative execution"): back-to-back runs then pay neither the pool's
-launch (~20 us in this VM) nor its wake-up (~20 us), and an idle process holds no core for longer."""
+POOL_SPIN = 1 << 21
+"""Reads of K[GEN] the pool's work-group makes, waiting for the next run, before it leaves (0.73 ms on the
+Zen 4 VM; docs/opencl.md "Cooperative execution"): back-to-back runs then pay neither the pool's launch
+(~20 us in this VM) nor its wake-up (~20 us), and an idle process holds no core for longer. The window
+starts when the pool's part of a run ends, before the calling thread's tail and the host's work between
+runs: at 2^18 (0.14 ms) the pool left between a squeezenet's API runs, and with PoCL's workers pinned
+(POCL_AFFINITY=1) each relaunch landed on the calling thread's core half the time (median 5.7-5.8 ms,
+p90 10-11; at 2^21: 3.1-3.7 ms, p90 3.6-4.3)."""
 GEN, IN = 0, 1
 """The control words K: the generation the host started last (-1: leave), the one the pool is in."""
 HALF_GAP = 32
