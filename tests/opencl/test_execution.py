@@ -206,11 +206,9 @@ def test_auto_compares_side_by_side_through_drifting_noise(monkeypatch: pytest.M
     assert exe.placement == ["cooperative"] * len(exe._live)
 
 
-def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`auto` chose inline while the VM ran at one core's speed; once both cores are back, the first run
-    after RECHECK_SECONDS times the choice beside the runner-up (cooperative) and switches. Later rechecks
-    wait longer when a recheck is a large share of the time, and a recheck that finds nothing faster keeps
-    the choice and tries the next way the time after."""
+def on_fake_clock(monkeypatch: pytest.MonkeyPatch, cost: dict[str, float]):  # noqa: ANN201
+    """An `auto` Executable of the block whose runs take cost[way] ms on a fake perf_counter (each run's
+    way appended to `ran`; `place` just records the placement), for tests of `auto`'s choosing."""
     needs_companion()
     from tessel.targets.opencl import adapt
 
@@ -219,9 +217,6 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     if exe._cooperative_runner() is None:
         pytest.skip("this device cannot run cooperatively")
     clock = {"now": 0.0}
-    one_core = {"pool": 1.6, "inline": 1.0, "cooperative": 1.3, "hybrid": 1.5}
-    both = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
-    cost = dict(one_core)
     ran: list[str] = []
     monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
 
@@ -231,13 +226,23 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
         clock["now"] += cost[way] * 1e-3
         return [[]], []
 
-    def place(where):  # noqa: ANN001, ANN202
-        exe.placement = list(where)
-
     monkeypatch.setattr(exe, "enqueue", enqueue)
-    monkeypatch.setattr(exe, "place", place)
+    monkeypatch.setattr(exe, "place", lambda where: setattr(exe, "placement", list(where)))
     monkeypatch.setattr(exe, "_step_us", lambda device, kernels: [1.0] * len(exe._live))
-    x = inputs(m.funcs[0], 0)
+    return exe, inputs(m.funcs[0], 0), clock, ran
+
+
+def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto` chose inline while the VM ran at one core's speed; once both cores are back, the first run
+    after RECHECK_SECONDS times the choice beside the runner-up (cooperative) and switches. Later rechecks
+    wait longer when a recheck is a large share of the time, and a recheck that finds nothing faster keeps
+    the choice and tries the next way the time after."""
+    from tessel.targets.opencl import adapt
+
+    one_core = {"pool": 1.6, "inline": 1.0, "cooperative": 1.3, "hybrid": 1.5}
+    both = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
+    cost = dict(one_core)
+    exe, x, clock, ran = on_fake_clock(monkeypatch, cost)
     exe._adapt(x)
     assert exe.adapt_note.startswith("inline: ") and exe.placement[0] == "inline"
     cost.update(both)
@@ -308,28 +313,10 @@ def test_auto_compares_again_when_another_process_slows_its_choice(monkeypatch: 
     (a step waits for a worker the scheduler took off its core) become slower than inline. After SLOW_RUNS
     slow runs the next run compares every way again and switches to inline, without waiting for a recheck;
     a later slowing within RECHECK_SHARE of that comparison's time is not acted on."""
-    needs_companion()
     from tessel.targets.opencl import adapt
 
-    m = lowered()
-    exe = Executable(m, m.funcs[0], execution="auto")
-    if exe._cooperative_runner() is None:
-        pytest.skip("this device cannot run cooperatively")
-    clock = {"now": 0.0}
     cost = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
-    ran: list[str] = []
-    monkeypatch.setattr(adapt.time, "perf_counter", lambda: clock["now"])
-
-    def enqueue(_inputs, _on_device=False):  # noqa: ANN001, ANN202
-        way = "hybrid" if len(set(exe.placement)) > 1 else exe.placement[0]
-        ran.append(way)
-        clock["now"] += cost[way] * 1e-3
-        return [[]], []
-
-    monkeypatch.setattr(exe, "enqueue", enqueue)
-    monkeypatch.setattr(exe, "place", lambda where: setattr(exe, "placement", list(where)))
-    monkeypatch.setattr(exe, "_step_us", lambda device, kernels: [1.0] * len(exe._live))
-    x = inputs(m.funcs[0], 0)
+    exe, x, _clock, ran = on_fake_clock(monkeypatch, cost)
     exe._runs = ADAPT_AFTER  # past the adapt run
     exe._adapt(x)
     assert exe._choice is not None and exe._choice.way == "cooperative"
