@@ -16,7 +16,7 @@ both cores and pays no wake-up per launch:
   them to the step's done counter;
 - the pool's side is one persistent kernel (`tessel_pool`, every cooperative step; compute units - 1
   work-groups of one work-item, so the calling thread is the last core) that outlives a run: it runs each
-  run the host starts (control word K[GEN]) and spins for the next up to POOL_SPIN reads before it
+  run the host starts (control word K[GEN]) and spins for the next up to POOL_WAIT_US before it
   leaves, so back-to-back runs pay no launch and no wake-up on the pool. The calling thread runs each
   segment (a maximal run of cooperative steps) as its own persistent kernel on the inline device, which
   runs it inside the enqueue, and each lone step between them; a lone step's done flag is set once it
@@ -356,14 +356,17 @@ static bool tessel_wait(volatile __global int* S, const int i, const int n, cons
 POOL_KERNEL = "tessel_pool"
 """The pool's persistent kernel: every cooperative step of each run, in order (a step that runs alone is
 the calling thread's, and only waited for), run after run while the host keeps starting them."""
+POOL_WAIT_US = 700
+"""How long the pool's work-group waits for the next run before it leaves (docs/opencl.md "Cooperative
+execution"), timed by the cycle counter (a kernel argument: CYCLE_COUNTER's rate, measured once a process,
+times this): back-to-back runs then pay neither the pool's launch (~20 us in this VM) nor its wake-up
+(~20 us), and an idle process holds no core for longer. The wait starts when the pool's part of a run ends,
+before the calling thread's tail and the host's work between runs: at 0.14 ms the pool left between a
+squeezenet's API runs, and with PoCL's workers pinned (POCL_AFFINITY=1) each relaunch landed on the calling
+thread's core half the time (median 5.7-5.8 ms, p90 10-11; waiting 0.7 ms: 3.1-3.7 ms, p90 3.6-4.3)."""
 POOL_SPIN = 1 << 21
-"""Reads of K[GEN] the pool's work-group makes, waiting for the next run, before it leaves (0.73 ms on the
-Zen 4 VM; docs/opencl.md "Cooperative execution"): back-to-back runs then pay neither the pool's launch
-(~20 us in this VM) nor its wake-up (~20 us), and an idle process holds no core for longer. The window
-starts when the pool's part of a run ends, before the calling thread's tail and the host's work between
-runs: at 2^18 (0.14 ms) the pool left between a squeezenet's API runs, and with PoCL's workers pinned
-(POCL_AFFINITY=1) each relaunch landed on the calling thread's core half the time (median 5.7-5.8 ms,
-p90 10-11; at 2^21: 3.1-3.7 ms, p90 3.6-4.3)."""
+"""Without a cycle counter (not x86): the reads of K[GEN] that stand for POOL_WAIT_US (0.73 ms on the
+Zen 4 VM; how long they take depends on the CPU)."""
 GEN, IN = 0, 1
 """The control words K: the generation the host started last (-1: leave), the one the pool is in."""
 HALF_GAP = 32
@@ -409,21 +412,33 @@ class _Emitter:
     def pool(self, counters: int) -> str:
         """The pool's persistent kernel: runs generation after generation (K[GEN], set by the host as a
         run starts) on the counters' half of its parity, saying in K[IN] which one it is in (-1: none);
-        between runs it spins for the next for up to POOL_SPIN reads of K[GEN], then leaves. A negative
-        generation sends it away at once."""
+        between runs it spins for the next for up to POOL_WAIT_US (POOL_SPIN reads of K[GEN] where there is
+        no cycle counter), then leaves. A negative generation sends it away at once."""
         times = ", __global ulong* T0, const int TH" if self.profile else ""
         per_half = ", T0 + (g & 1) * TH" if self.profile else ""
+        if CYCLE_COUNTER:  # WAIT: POOL_WAIT_US in cycle-counter ticks
+            wait = ", const ulong WAIT"
+            # (the builtin's value is stored to a ulong before any arithmetic: used in an expression
+            # directly, PoCL 3.1 mixes its 128-bit type with 64-bit operands and LLVM aborts the build)
+            spin = ["            const ulong t0 = __builtin_readcyclecounter();",
+                    f"            while (K[{GEN}] == g) {{",
+                    "                const ulong t = __builtin_readcyclecounter();",
+                    "                if (t - t0 > WAIT) return;",
+                    "            }"]
+        else:
+            wait = ""
+            spin = [f"            for (int spin = 0; K[{GEN}] == g; ++spin)",
+                    f"                if (spin == {POOL_SPIN}) return;"]
         return "\n".join([
             f"__kernel void {POOL_KERNEL}(__global const ulong* restrict P, __global int* C, "
-            f"__global char* X{times}, volatile __global int* K) {{",
+            f"__global char* X{times}, volatile __global int* K{wait}) {{",
             f"    int g = K[{GEN}];",
             "    while (g >= 0) {",
             f"        atomic_xchg(&K[{IN}], g);  // a full fence: K[GEN] is read after K[IN] is written",
             f"        if (K[{GEN}] == g) {{",
             f"            {POOL_KERNEL}_run(P, C + (g & 1) * {counters + HALF_GAP}, X{per_half});",
             f"            atomic_xchg(&K[{IN}], -1);",
-            f"            for (int spin = 0; K[{GEN}] == g; ++spin)",
-            f"                if (spin == {POOL_SPIN}) return;",
+            *spin,
             "        } else {",
             f"            atomic_xchg(&K[{IN}], -1);",
             "        }",
@@ -483,9 +498,20 @@ __builtin_readcyclecounter may read a register user code cannot (AArch64's PMCCN
 CYCLES = "__kernel void tessel_cycles(__global ulong* o) { o[0] = __builtin_readcyclecounter(); }\n"
 
 
+_RATE: list[float] = []
+"""The cycle counter's rate once measured (the TSC's: one for the machine, so once a process)."""
+
+
 def _cycles_per_ns(cl: Any, context: Any, queue: Any) -> float:
-    """The rate of the cycle counter the profiling plans read (clang's __builtin_readcyclecounter: the
-    TSC on x86), against the host's monotonic clock: the median of three 10 ms intervals."""
+    """The rate of the cycle counter the pool's wait and the profiling plans read (clang's
+    __builtin_readcyclecounter: the TSC on x86), against the host's monotonic clock: the median of three
+    5 ms intervals, measured the first time."""
+    if not _RATE:
+        _RATE.append(_measure_rate(cl, context, queue))
+    return _RATE[0]
+
+
+def _measure_rate(cl: Any, context: Any, queue: Any) -> float:
     program = cl.Program(context, CYCLES).build(devices=[queue.device])
     kernel = cl.Kernel(program, "tessel_cycles")
     flags = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
@@ -499,9 +525,9 @@ def _cycles_per_ns(cl: Any, context: Any, queue: Any) -> float:
         return int(out[0]), (t0 + time.perf_counter_ns()) / 2
 
     rates = []
-    for _ in range(3):  # the median of three 10 ms intervals: a descheduled read spoils one at most
+    for _ in range(3):  # the median of three 5 ms intervals: a descheduled read spoils one at most
         c0, t0 = read()
-        time.sleep(0.01)
+        time.sleep(0.005)
         c1, t1 = read()
         rates.append((c1 - c0) / (t1 - t0))
     return sorted(rates)[1]
@@ -561,7 +587,11 @@ class Runner:
             args = [cl.SVM(self.table), cl.SVM(self.counters), cl.SVM(self.scratch)]
             if the_plan.profile:
                 args += [cl.SVM(self.times), np.int32(parts * 2 * ntasks)]
-            self.pool.set_args(*args, cl.SVM(self.control))
+            args.append(cl.SVM(self.control))
+            if CYCLE_COUNTER:
+                rate = _cycles_per_ns(cl, context, self.inline_queue)
+                args.append(np.uint64(POOL_WAIT_US * 1e3 * rate))
+            self.pool.set_args(*args)
         # per half, the calling thread's commands of a run in order: (kernel, global, local, done flag):
         # its segment kernels and lone steps (a lone step's done flag is set once it ran: later steps on the
         # pool wait for it)
@@ -583,7 +613,7 @@ class Runner:
 
     def run(self) -> None:
         """One run: returns when every step is done (the caller then reads the results). The pool's work-group
-        of the last run may still be spinning for this one (POOL_SPIN): it then joins at once; otherwise a
+        of the last run may still be spinning for this one (POOL_WAIT_US): it then joins at once; otherwise a
         new one is launched."""
         cl = self.cl
         r = self.runs

@@ -106,7 +106,11 @@ def test_segments_split_at_a_kernel_that_runs_alone() -> None:
     # the pool's kernel runs run after run, each on the counters' half of its generation's parity, and
     # spins for the next between them
     assert "tessel_pool_run(P, C + (g & 1) * 41, X);" in kernels["tessel_pool"]
-    assert f"if (spin == {coop.POOL_SPIN}) return;" in kernels["tessel_pool"]
+    if coop.CYCLE_COUNTER:  # for POOL_WAIT_US, in cycle-counter ticks the runner passes
+        assert "volatile __global int* K, const ulong WAIT)" in kernels["tessel_pool"]
+        assert "if (t - t0 > WAIT) return;" in kernels["tessel_pool"]
+    else:
+        assert f"if (spin == {coop.POOL_SPIN}) return;" in kernels["tessel_pool"]
     pool = p.source.split("static void tessel_pool_run(")[1].split("__kernel void")[0]
     # its run function runs every cooperative step; before step 3 it waits for the lone step's flag
     assert "// step 2" not in pool and pool.index("// step 1") < pool.index("// step 3")
@@ -138,10 +142,11 @@ def test_a_global_size_not_divided_by_its_local_size_runs_alone() -> None:
 def test_a_profiling_plan_reads_the_cycle_counter_around_each_chunk() -> None:
     t = task("k0_add", (128,), (4,), (0, 400, False), (1000, 400, True))
     plain, profiled = coop.plan(PLAIN, [t]), coop.plan(PLAIN, [t], profile=True)
-    assert "readcyclecounter" not in plain.source and not plain.profile
+    # a plain plan reads the counter only in the pool's wait between runs
+    assert "readcyclecounter" not in plain.source.split("__kernel void tessel_pool(")[0] and not plain.profile
     pool = profiled.source.split("__kernel void tessel_pool(")[1]
     assert pool.startswith("__global const ulong* restrict P, __global int* C, __global char* X, "
-                           "__global ulong* T0, const int TH, volatile __global int* K)")
+                           "__global ulong* T0, const int TH, volatile __global int* K")
     assert "tessel_pool_run(P, C + (g & 1) * 35, X, T0 + (g & 1) * TH);" in pool  # the times' half too
     run = profiled.source.split("static void tessel_pool_run(")[1]
     assert run.startswith("__global const ulong* restrict P, __global int* C, __global char* X, "
