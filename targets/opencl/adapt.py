@@ -93,7 +93,7 @@ class Adaptive:
     _runs: int
     _choice: Choice | None
     _slow: SlowRuns
-    _slowed: float
+    _slowed: str
     _compare_again_at: float
     _live: list[int]
 
@@ -120,7 +120,7 @@ class Adaptive:
             runs.append([(e.profile.end - e.profile.start) / 1e3 for e in events])
         return [sorted(r[j] for r in runs)[repeat // 2] for j in range(len(self._live))]
 
-    def _adapt(self, inputs: Sequence[np.ndarray]) -> None:
+    def _adapt(self, inputs: Sequence[np.ndarray], hybrid: bool = True) -> None:
         """`auto`, after ADAPT_AFTER runs: compare the pool, the inline device and cooperative execution on
         these inputs, each compiled by a first run, then timed in interleaved cycles (`_interleaved`), and
         judged by the median over cycles of its time over the pool's in the same cycle: this VM's noise
@@ -128,7 +128,8 @@ class Adaptive:
         compare. From each step's time on the pool and inline (profiling events) and the overheads the
         walls imply, `hybrid_plan` places each step; a plan using both is compared with the pool the same
         way. The fastest is kept when it beats the pool by ADAPT_MARGIN. A run over ADAPT_MAX_SECONDS on
-        the pool compares the pool with cooperative only."""
+        the pool compares the pool with cooperative only. `hybrid=False` leaves the hybrid plan out (its
+        step timings and second comparison are half the time)."""
         n = len(self._live)
         walls = []
         for _ in range(3):
@@ -153,7 +154,7 @@ class Adaptive:
         cycles = min(ADAPT_CYCLES[1], max(ADAPT_CYCLES[0], int(ADAPT_SECONDS / (block * pool * len(plans)))))
         times = self._interleaved(inputs, plans, cycles, block)
         ratio = {k: _median_ratio(v, times["pool"]) for k, v in times.items()}
-        if "inline" in times and n > 1:
+        if hybrid and "inline" in times and n > 1:
             pool_us = self._step_us(self.device, [s.kernel for s in self.steps])
             inline_us = self._step_us(self.companion, self._inline_kernels()[1])
             pool_wall, inline_wall = statistics.median(times["pool"]), statistics.median(times["inline"])
@@ -178,7 +179,10 @@ class Adaptive:
     def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
         """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
         of the last comparison first, the next way at each following recheck. Switch when it now takes
-        under ADAPT_MARGIN of the choice's time (by the median ratio)."""
+        under ADAPT_MARGIN of the choice's time (by the median ratio). When the choice itself now runs over
+        SLOW_FACTOR x its time when chosen, the next run compares every way, as `_observe` has it: a pair
+        of ways chosen between beside a busy process went to the pool, and the rechecks reached inline,
+        the fastest then, only seconds later."""
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
@@ -199,6 +203,10 @@ class Adaptive:
                                f"run (rechecked: {others[0]} had been chosen)")
         self.place(plans[best])
         done = time.perf_counter()
+        was = self._choice.expected
+        if was and now > SLOW_FACTOR * was and done >= self._compare_again_at:
+            # the choice itself slowed: the next run compares every way (_observe)
+            self._slowed = _slowed_note(self._choice.way, was, now)
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
         self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE),
                               expected)
@@ -212,19 +220,18 @@ class Adaptive:
         choice = self._choice
         if (choice is not None and choice.others and self._slow.observe(seconds, choice.expected)
                 and time.perf_counter() >= self._compare_again_at):
-            self._slowed = seconds
+            self._slowed = _slowed_note(choice.way, choice.expected, seconds)
 
     def _compare_again(self, inputs: Sequence[np.ndarray]) -> None:
-        """`_adapt` again, because the choice's runs slowed (`_observe`)."""
-        assert self._choice is not None
-        way, was, now = self._choice.way, self._choice.expected, self._slowed
-        self._slowed = 0.0
+        """`_adapt` again, because the choice's runs slowed (`_observe`), without the hybrid plan: the
+        comparison stalls the run that makes it (0.8-1.2 s with the hybrid's step timings beside a busy
+        process, for a squeezenet), and with a core taken the plans that use both (pool, hybrid) lose."""
+        why, self._slowed = self._slowed, ""
         t0 = time.perf_counter()
-        self._adapt(inputs)
+        self._adapt(inputs, hybrid=False)
         done = time.perf_counter()
         self._compare_again_at = done + (done - t0) / RECHECK_SHARE
-        self.adapt_note += (f" (compared again: {way}'s runs had slowed from {was * 1e3:.3f} to "
-                            f"{now * 1e3:.3f} ms)")
+        self.adapt_note += f" (compared again: {why})"
 
     def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
                      block: int) -> dict[str, list[float]]:
@@ -271,6 +278,11 @@ class Adaptive:
                 self._prefer()
             else:
                 self._adapt(inputs)
+
+
+def _slowed_note(way: str, was: float, now: float) -> str:
+    """Why `auto` compares every way again (its note)."""
+    return f"{way}'s runs had slowed from {was * 1e3:.3f} to {now * 1e3:.3f} ms"
 
 
 def _median_ratio(times: Sequence[float], pool: Sequence[float]) -> float:

@@ -132,7 +132,7 @@ class Executable(Adaptive):
         self._runs = 0
         self._choice: Choice | None = None  # once `auto` has compared the ways
         self._slow = SlowRuns()  # notices when the choice's runs slow down (another process on a core)
-        self._slowed = 0.0  # a slowed run's seconds, when the next run is to compare the ways again
+        self._slowed = ""  # why the next run is to compare the ways again (none: "")
         self._compare_again_at = 0.0  # perf_counter() time before which the slowing is not acted on
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
         self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)

@@ -322,12 +322,16 @@ def test_auto_compares_again_when_another_process_slows_its_choice(monkeypatch: 
     assert exe._choice is not None and exe._choice.way == "cooperative"
     assert exe._choice.expected == pytest.approx(0.6e-3)
     cost.update({"pool": 1.6, "inline": 1.05, "cooperative": 2.0, "hybrid": 1.5})  # a busy process
+    timed_steps: list[object] = []  # the hybrid plan's step timings: left out of the quick comparison
+    monkeypatch.setattr(exe, "_step_us", lambda device, kernels: timed_steps.append(device) or [1.0] * len(
+        exe._live))
     del ran[:]
     for _ in range(adapt.SLOW_RUNS[0]):
         exe.run(x)
     assert ran == ["cooperative"] * adapt.SLOW_RUNS[0]  # noticed, acted on at the next run
     exe.run(x)
     assert exe._choice.way == "inline" and ran[-1] == "inline" and len(ran) > adapt.SLOW_RUNS[0] + 1
+    assert not timed_steps and "hybrid" not in exe._choice.plans  # the quick comparison
     assert "compared again: cooperative's runs had slowed from 0.600 to 2.000 ms" in exe.adapt_note
     assert exe._choice.expected == pytest.approx(1.05e-3)
     cost["inline"] = 3.0  # slower still, too soon after that comparison
@@ -335,3 +339,25 @@ def test_auto_compares_again_when_another_process_slows_its_choice(monkeypatch: 
     for _ in range(2 * adapt.SLOW_RUNS[1]):
         exe.run(x)
     assert ran == ["inline"] * 2 * adapt.SLOW_RUNS[1]
+
+
+def test_a_recheck_that_finds_its_choice_slowed_compares_every_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy process came just before a recheck: the pair it times (cooperative, the runner-up pool)
+    both slowed, and the pool wins the pair; since cooperative ran over SLOW_FACTOR x its time when
+    chosen, the next run compares every way and settles on inline."""
+    from tessel.targets.opencl import adapt
+
+    cost = {"pool": 0.9, "inline": 1.0, "cooperative": 0.6, "hybrid": 0.95}
+    exe, x, clock, ran = on_fake_clock(monkeypatch, cost)
+    exe._runs = ADAPT_AFTER
+    exe._adapt(x)
+    assert exe._choice is not None and exe._choice.way == "cooperative" and exe._choice.others[0] == "pool"
+    cost.update({"pool": 1.6, "inline": 1.05, "cooperative": 2.0, "hybrid": 1.5})
+    clock["now"] += adapt.RECHECK_SECONDS
+    exe.run(x)
+    assert exe._choice.way == "pool" and "rechecked: cooperative had been chosen" in exe.adapt_note
+    del ran[:]
+    exe.run(x)
+    assert exe._choice.way == "inline" and set(ran) >= {"pool", "inline", "cooperative"}
+    assert "compared again: pool's runs had slowed" not in exe.adapt_note  # it was cooperative's time
+    assert "compared again: cooperative's runs had slowed from 0.600 to 2.000 ms" in exe.adapt_note
