@@ -203,10 +203,8 @@ class Adaptive:
                                f"run (rechecked: {others[0]} had been chosen)")
         self.place(plans[best])
         done = time.perf_counter()
-        was = self._choice.expected
-        if was and now > SLOW_FACTOR * was and done >= self._compare_again_at:
-            # the choice itself slowed: the next run compares every way (_observe)
-            self._slowed = _slowed_note(self._choice.way, was, now)
+        if self._choice.expected and now > SLOW_FACTOR * self._choice.expected:
+            self._mark_slowed(self._choice, now)  # the choice itself slowed
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
         self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE),
                               expected)
@@ -218,9 +216,15 @@ class Adaptive:
         RECHECK_SHARE of the time since the last such comparison. The rechecks bring the choice back once
         the machine is free: the ways that lost come first in their turn."""
         choice = self._choice
-        if (choice is not None and choice.others and self._slow.observe(seconds, choice.expected)
-                and time.perf_counter() >= self._compare_again_at):
-            self._slowed = _slowed_note(choice.way, choice.expected, seconds)
+        if choice is not None and choice.others and self._slow.observe(seconds, choice.expected):
+            self._mark_slowed(choice, seconds)
+
+    def _mark_slowed(self, choice: Choice, seconds: float) -> None:
+        """Have the next run compare every way (`_compare_again`), unless the last such comparison was
+        too recent (RECHECK_SHARE)."""
+        if time.perf_counter() >= self._compare_again_at:
+            self._slowed = (f"{choice.way}'s runs had slowed from {choice.expected * 1e3:.3f} to "
+                            f"{seconds * 1e3:.3f} ms")
 
     def _compare_again(self, inputs: Sequence[np.ndarray]) -> None:
         """`_adapt` again, because the choice's runs slowed (`_observe`), without the hybrid plan: the
@@ -278,11 +282,6 @@ class Adaptive:
                 self._prefer()
             else:
                 self._adapt(inputs)
-
-
-def _slowed_note(way: str, was: float, now: float) -> str:
-    """Why `auto` compares every way again (its note)."""
-    return f"{way}'s runs had slowed from {was * 1e3:.3f} to {now * 1e3:.3f} ms"
 
 
 def _median_ratio(times: Sequence[float], pool: Sequence[float]) -> float:
