@@ -120,7 +120,7 @@ def device_info(d: Any) -> DeviceInfo:
     pcl = cl()
     ext = d.extensions
     cpu = bool(d.type & pcl.device_type.CPU)
-    width = max(4, int(d.preferred_vector_width_float) or 4) if cpu else 4
+    width = simd_floats(d) if cpu else 4
     return DeviceInfo(
         name=d.name.strip(),
         compute_units=int(d.max_compute_units),
@@ -134,6 +134,17 @@ def device_info(d: Any) -> DeviceInfo:
         base_align=max(int(d.mem_base_addr_align) // 8, 4),
         fingerprint=fingerprint(d),
     )
+
+
+def simd_floats(d: Any) -> int:
+    """Floats in one SIMD register of a CPU device: its preferred float vector width, or its native one
+    where the preferred is 1 (Intel's CPU runtime reports 1: it vectorizes across work-items itself and
+    asks for scalar code, while its native width, 16 with AVX-512, is what the registers hold); 4 at
+    least (SSE)."""
+    preferred = int(d.preferred_vector_width_float or 0)
+    if preferred <= 1:
+        preferred = int(getattr(d, "native_vector_width_float", 0) or 0)
+    return max(4, preferred)
 
 
 def fingerprint(d: Any) -> str:

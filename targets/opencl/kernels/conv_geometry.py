@@ -37,7 +37,7 @@ def pick_tile(ho: int, wo: int, hi: int = 24, exact: bool = False, nc: int = 1,
     lo = 7 if nc == 1 else 6 if nc == 2 else 2  # whole-group columns (3..6) leave room for few pixels
     if nc > 1:
         hi = min(28 // nc, 14 if exact or ho * wo <= 196 else 9)
-    hi = min(hi, cap // nc)
+    hi = max(1, min(hi, cap // nc))  # one pixel at least, even past the registers
     if lo > hi:  # a device with few registers (pixel_cap, AVX2: 6) takes the tiles it can hold, and down
         lo = max(1, 2 * hi // 3)  # to 2/3 of them where that divides the output (a blocked input read in
         # place instead of a repack launch: 40x40 has no 6-pixel tile, but 2x2 and 1x5)
