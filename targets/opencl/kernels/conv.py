@@ -148,7 +148,7 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
             hp, wp = geo.h, geo.w
         # an NCHW input repacked by the conv's own work-groups (a work-item per tile) into local memory
         band = band_for(geo, th, tw, hp, math.ceil(geo.c / width), ctx.device.compute_units,
-                        int(ctx.schedule.get("band_rows", 0)))
+                        int(ctx.schedule.get("band_rows", 0)), 4 * wp * 16, ctx.device.local_mem_size // 2)
         local_repack = (bool(int(ctx.schedule.get("local_repack", 1))) and in_block in (0, 16)
                         and not in_place and width == 16 and not upsample
                         and not cols_first and "local" not in ctx.schedule
