@@ -199,7 +199,7 @@ class CompiledModel:
         if self.target != "opencl":
             raise InvalidArgument("profile() needs the opencl target (kernels to time)")
         from .targets.opencl.dynamic import executable
-        from .targets.opencl.profile import kernel_rows, load_peaks
+        from .targets.opencl.profile import kernel_rows, peaks_for
 
         arrays = self._arrays(input_feed)
         with self._lock:
@@ -207,7 +207,7 @@ class CompiledModel:
             if hasattr(exe, "for_shapes"):  # a dynamic func: the executable of these inputs' sizes
                 exe = self._call(exe.for_shapes, [a.shape for a in arrays])
             _, stats = exe.measure(arrays, repeat)
-            peaks = load_peaks(exe.device)
+            peaks = peaks_for(exe.device)
             return [row.as_dict(peaks) for row in kernel_rows(exe, stats)]
 
     def save(self, path: str | Path) -> None:

@@ -148,8 +148,8 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
 @click.option(
     "--calibrate",
     is_flag=True,
-    help="Measure the device's peaks (SGEMM GFLOP/s, elementwise GB/s, launch overhead), store them "
-    "for --profile's roofline, and exit.",
+    help="Measure the device's peaks (SGEMM GFLOP/s, elementwise GB/s, launch overhead) again, store them "
+    "for --profile's roofline (which calibrates on a device's first use), and exit.",
 )
 @click.option("--func", "func_name", metavar="NAME", help="The func to run (default: @main, else the first).")
 @click.option("--inputs", metavar="FILE.npz", help="Input arrays keyed by argument name.")
@@ -390,7 +390,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     from ..targets.opencl.checks import bounds_checked
     from ..targets.opencl.dynamic import executable
     from ..targets.opencl.lower import lower_module
-    from ..targets.opencl.profile import kernel_rows, load_peaks
+    from ..targets.opencl.profile import kernel_rows, peaks_for
 
     dev = _opencl()
     d = _pick(dev, spec)
@@ -406,7 +406,6 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     load = time.perf_counter() - t0
     results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
     report.update(execution=exe.running_on, execution_note=exe.adapt_note)
-    peaks = load_peaks(d)
     report.update(
         device=dev.describe(d),
         load_ms=round(load * 1000, 3),
@@ -418,6 +417,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     rows = None
     if profile:
         rows = kernel_rows(exe, stats)
+        peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
         report["peaks"] = None if peaks is None else peaks.__dict__
         report["kernels"] = [r.as_dict(peaks) for r in rows]
     return results, stats.seconds, rows, exe

@@ -5,7 +5,9 @@ f32 add (GB/s, counting its three streams) and an empty launch + finish (launch 
 keeps them in `<cache>/calibration.json` under the device's fingerprint (a cache.py entry: checked by its
 hash, written atomically). `kernel_rows` turns a profiled run into one row per kernel: launches, time from
 OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity, and the fraction of the peak (compute or
-bandwidth) that bounds it by the roofline.
+bandwidth) that bounds it by the roofline. `peaks_for(device)` is what the tools call: the stored peaks, or
+a calibration made and stored on the device's first use (a few seconds; the fingerprint names the
+platform, device, driver version and compute units, so a new driver is calibrated anew).
 """
 
 from __future__ import annotations
@@ -76,6 +78,24 @@ def save_peaks(device: Any, peaks: Peaks) -> str:
         if not write_entry(path, json.dumps(table, indent=2, sort_keys=True).encode() + b"\n"):
             raise OSError(f"cannot write the calibration store {path}")
     return path
+
+
+def peaks_for(device: Any, say: Any = None) -> Peaks:
+    """The device's stored peaks, else calibrate it now and store them (first use of a device, or of a new
+    driver). `say(text)` is told before a calibration starts. A store that cannot be written leaves the
+    peaks for this process only."""
+    peaks = load_peaks(device)
+    if peaks is not None:
+        return peaks
+    if say is not None:
+        say(f"calibrating {dev.describe(device)} (first use: SGEMM, stream and launch peaks; stored in "
+            f"{_store()})")
+    peaks = calibrate(device)
+    try:
+        save_peaks(device, peaks)
+    except OSError:
+        pass
+    return peaks
 
 
 def _module(body: str, args: str, result: str) -> Any:

@@ -97,6 +97,29 @@ def _fake_device(name: str) -> SimpleNamespace:
     return SimpleNamespace(platform=platform, name=name, version="1", driver_version="1", max_compute_units=2)
 
 
+def test_peaks_are_calibrated_on_first_use_and_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """peaks_for calibrates a device it has no peaks for, once, and stores them per fingerprint: a second
+    device (or a new driver: another fingerprint) is calibrated on its own first use."""
+    from tessel.targets.opencl import profile
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    made: list[str] = []
+
+    def fake(device: SimpleNamespace) -> Peaks:
+        made.append(device.name)
+        return Peaks(50.0 + len(made), 10.0, 5.0, device.name, "2026-01-01")
+
+    monkeypatch.setattr(profile, "calibrate", fake)
+    said: list[str] = []
+    a, b = _fake_device("cpu"), _fake_device("cpu")
+    b.driver_version = "2"
+    assert profile.peaks_for(a, said.append).gflops == 51.0
+    assert made == ["cpu"] and len(said) == 1 and "first use" in said[0]
+    assert profile.peaks_for(a, said.append).gflops == 51.0 and made == ["cpu"] and len(said) == 1
+    assert load_peaks(a) == profile.peaks_for(a)
+    assert profile.peaks_for(b).gflops == 52.0 and load_peaks(a).gflops == 51.0
+
+
 def test_a_corrupt_calibration_store_warns_and_reads_as_missing(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))

@@ -290,18 +290,14 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     device's: only this device's count as measured). `save(all records)` is called after each kernel.
     `runner`: a distributed.RayRunner to measure on (default: here, in this process)."""
     from .. import device as dev
-    from ..profile import calibrate, load_peaks, save_peaks
+    from ..profile import peaks_for
 
     t0 = budget_clock()
     info = dev.device_info(device)
     fp = dev.fingerprint(device)
     report = Report()
     say = progress or (lambda what, frac: None)
-    peaks = load_peaks(device)
-    if peaks is None:
-        say("calibrating the device's roofline (tessel-run --calibrate)", 0.0)
-        peaks = calibrate(device)
-        save_peaks(device, peaks)
+    peaks = peaks_for(device, lambda text: say(text, 0.0))
     say("finding the model's kernels", 0.0)
     kernels, models = collect(text, info, options, fp, peaks)
     report.kernels = len(kernels)
