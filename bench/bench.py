@@ -444,8 +444,15 @@ def main() -> int:
     ap.add_argument("--no-numpy", action="store_true", help="skip the numpy target")
     ap.add_argument("--no-micro", action="store_true", help="skip the microbenchmarks")
     ap.add_argument("--device", default="auto", help="OpenCL device (as tessel-run --device)")
+    ap.add_argument("--intel-opencl", action="store_true",
+                    help="run on Intel's CPU OpenCL runtime (bench/intel_opencl.py; "
+                         "pip install -e '.[intel-opencl]')")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
+    if args.intel_opencl:
+        from intel_opencl import register
+
+        args.device = register()
     if args.processes < 1:
         ap.error("--processes must be at least 1")
     if args.child:

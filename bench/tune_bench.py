@@ -1,6 +1,7 @@
 """tessel-tune on the light models and the zoo: tuned against untuned, in one process a model.
 
     .venv/bin/python bench/tune_bench.py [--suite light|zoo|all] [--models a,b] [--budget 60] [--json F]
+                                         [--device SPEC | --intel-opencl]
 
 For each model (a subprocess each): import and -O2 as bench.py does, tune for --budget seconds with the
 records starting empty (bench/results/tuning/<model>.jsonl, rewritten), then lower the module twice, with
@@ -8,6 +9,8 @@ and without the records, load both (`auto` execution, settled), and time them in
 onnxruntime in the same process: the figure is the tuned single-process median over the untuned one, with
 the best rounds beside it. Prints a table (budget used, kernels tuned and improved, points measured and
 left out by the cost model, speed-up) and writes JSON to bench/results/tune-<time>.json (or --json).
+`--device` picks the OpenCL device as tessel-run's does; `--intel-opencl` tunes on Intel's CPU OpenCL runtime
+(bench/intel_opencl.py: an optional extra, a second implementation the defaults were never fitted to).
 """
 
 from __future__ import annotations
@@ -20,11 +23,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench import RESULTS, suite_models  # noqa: E402
+
+
+def as_info(info: Any, overrides: str) -> Any:
+    """`info` with --device-info's `key=value,...` fields replaced (integers), e.g. the register model of
+    an AVX2 CPU on an AVX-512 one: 'vector_width=8,vector_registers=16'."""
+    from dataclasses import fields, replace
+
+    names = {f.name for f in fields(info)}
+    changes = {}
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        if key not in names or not value.lstrip("-").isdigit():
+            raise SystemExit(f"--device-info: '{item}' is not <DeviceInfo field>=<integer> "
+                             f"({', '.join(sorted(names))})")
+        changes[key] = int(value)
+    return replace(info, **changes) if changes else info
 
 
 def one(name: str, args: argparse.Namespace) -> dict:
@@ -45,12 +65,15 @@ def one(name: str, args: argparse.Namespace) -> dict:
     model, feeds = load_model(name)
     data = model.SerializeToString()
     text = to_text(optimize(data, name, 2))
-    device = dev.pick_device(None)
-    info = dev.device_info(device)
-    out = RESULTS / "tuning" / f"{name}.jsonl"
+    device = dev.pick_device(args.device or None)
+    info = as_info(dev.device_info(device), args.device_info)
+    words = "".join(c if c.isalnum() else " " for c in f"{args.device} {args.device_info}".lower())
+    tag = "-".join(words.split())
+    out = RESULTS / "tuning" / (f"{name}.{tag}.jsonl" if tag else f"{name}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    records, report = tune(text, device, args.budget, [], {}, lambda rs: write_records(str(out), rs))
+    records, report = tune(text, device, args.budget, [], {}, lambda rs: write_records(str(out), rs),
+                           info=info)
     tune_s = time.perf_counter() - t0
     write_records(str(out), records)
     exes = []
@@ -98,7 +121,8 @@ def one(name: str, args: argparse.Namespace) -> dict:
     kernel_us = [statistics.median(x) for x in sums]
     del profs
     best = [min(x) for x in rounds]
-    return {"model": name, "budget_s": args.budget, "tune_s": round(tune_s, 1), "kernels": report.kernels,
+    return {"model": name, "device": dev.describe(device), "device_info": args.device_info,
+            "budget_s": args.budget, "tune_s": round(tune_s, 1), "kernels": report.kernels,
             "tunable": report.tunable, "tuned": report.tuned, "improved": report.improved,
             "measured": report.measured, "space_points": report.space_points, "saved": report.saved,
             "confirm": report.confirm, "confirm_speedup": round(report.speedup, 3),
@@ -121,8 +145,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default="")
+    ap.add_argument("--device", default="", help="OpenCL device spec (tessel-run --list-devices)")
+    ap.add_argument("--device-info", default="",
+                    help="lower for these DeviceInfo fields instead of the device's (key=value,...): "
+                         "tuning from another device's defaults")
+    ap.add_argument("--intel-opencl", action="store_true",
+                    help="tune on Intel's CPU OpenCL runtime (pip install -e '.[intel-opencl]')")
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.intel_opencl:
+        from intel_opencl import register
+
+        args.device = register()
     if args.one:
         print(json.dumps(one(args.one, args)))
         return 0
@@ -131,7 +165,8 @@ def main() -> int:
     rows = []
     for name in names:
         cmd = [sys.executable, __file__, "--one", name, "--budget", str(args.budget), "--rounds",
-               str(args.rounds), "--repeat", str(args.repeat)]
+               str(args.rounds), "--repeat", str(args.repeat), "--device", args.device,
+               "--device-info", args.device_info]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode:
             print(f"{name}: failed\n{p.stderr[-2000:]}", file=sys.stderr)
@@ -151,8 +186,12 @@ def main() -> int:
               f"over {len(rows)} models; {sum(r['measured'] for r in rows)} points measured of "
               f"{sum(r['space_points'] for r in rows)} in the tuned kernels' spaces")
         path = Path(args.json) if args.json else RESULTS / f"tune-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        path.write_text(json.dumps({"geomean": geo, "geomean_best": geo_best, "geomean_kernel": geo_kernel,
-                                    "rows": rows}, indent=1) + "\n")
+        from common import cpu_model
+
+        path.write_text(json.dumps({"cpu": cpu_model(), "device": rows[0]["device"],
+                                    "device_info": args.device_info, "budget_s": args.budget, "geomean": geo,
+                                    "geomean_best": geo_best, "geomean_kernel": geo_kernel, "rows": rows},
+                                   indent=1) + "\n")
     return 0
 
 
