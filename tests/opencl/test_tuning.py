@@ -98,6 +98,21 @@ def test_every_point_of_a_space_is_valid_and_lowers(op, types, attrs, constant) 
     assert refused <= len(points[:300]) // 10, f"{refused} of {len(points[:300])} points refused"
 
 
+def test_spaces_reach_past_a_small_register_model() -> None:
+    """On a device modelled as AVX2 (16 registers of 8 floats), the templates' defaults keep within 6
+    float16 accumulators, but the conv and gemm spaces offer the tiles AVX-512's 32 registers hold: a
+    register model read off a misleading report, or another device's defaults, can be tuned away."""
+    avx2 = DeviceInfo(vector_width=8, vector_registers=16)
+    assert avx2.accumulators(16) == 6 and avx2.accumulators_to_try(16) == 30
+    assert GENERIC.accumulators_to_try(16) == GENERIC.accumulators(16) == 30
+    _, low, sp = _space("conv2d", [T(1, 64, 28, 28), T(64, 64, 1, 1)], {}, (False, True), avx2)
+    assert sp is not None and low.schedule["tile_h"] * low.schedule["tile_w"] <= 6
+    assert max(sp.full(p)["tile_h"] * sp.full(p)["tile_w"] for p in sp.points()) > 12
+    assert sp.reject({"tile_h": 4, "tile_w": 4}) is None
+    _, low, sp = _space("matmul", [T(2, 64, 128), T(128, 384)], {}, (False, True), avx2)
+    assert sp is not None and max(sp.full(p)["rows"] for p in sp.points() if sp.full(p)["cols"] == 16) > 6
+
+
 def test_reject_names_the_broken_constraint() -> None:
     _, _, sp = _space("conv2d", [T(1, 32, 28, 28), T(64, 32, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, False))
     assert sp is not None
@@ -265,6 +280,22 @@ def test_standalone_keeps_constants_constant() -> None:
     ops = [o.name for o in alone.funcs[0].block.ops]
     assert ops == ["const", "conv2d", "return"] and len(alone.funcs[0].args) == 1
     assert "dense<" in to_text(alone)
+
+
+def test_the_reserve_for_the_tuned_build_is_this_devices_rate(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The untuned program built from source gives the device's own build rate (seconds a KiB), which
+    sizes the time kept for building the tuned program; from the cache it gives none and the prior
+    COMPILE_SECONDS_PER_KB stands."""
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    device = dev.pick_device()
+    info = dev.device_info(device)
+    cold = tuner.baseline(CONV, device, info, info.fingerprint, {})
+    assert cold.build_rate > 0 and cold.source_kb > 0
+    assert cold.cold_build_seconds() == pytest.approx(cold.source_kb * cold.build_rate)
+    warm = tuner.baseline(CONV, device, info, info.fingerprint, {})
+    assert warm.build_rate == 0.0
+    assert warm.cold_build_seconds() == pytest.approx(warm.source_kb * tuner.COMPILE_SECONDS_PER_KB)
 
 
 def test_tune_writes_records_that_resume_and_apply(monkeypatch: pytest.MonkeyPatch) -> None:

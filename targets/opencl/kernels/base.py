@@ -28,6 +28,12 @@ class NotLowerable(Exception):
     """A template does not cover this op instance; the message says why."""
 
 
+WIDEST_VECTOR = 16
+"""Floats in the widest SIMD register tessel targets (AVX-512)."""
+WIDEST_REGISTERS = 32
+"""Vector registers of the largest x86 register file (AVX-512)."""
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """The device facts templates and the cost model use. `generic()` is the deterministic default used when
@@ -57,6 +63,16 @@ class DeviceInfo:
         with 6."""
         per = max(1, -(-lanes // self.vector_width))
         return max(1, (self.vector_registers - per - 1) // per)
+
+    def accumulators_to_try(self, lanes: int) -> int:
+        """The accumulators a schedule space lets the tuner try: this device's, or those of the widest
+        register file tessel targets (32 registers of 16 floats, AVX-512) where that holds more. The
+        register model is read off the reported vector width, and a report can mislead (Intel's CPU
+        runtime reports 1; a device's defaults may come from another one's choices), so the spaces reach
+        past it and measuring decides: a tile that spills is slower and loses."""
+        widest = DeviceInfo(vector_width=max(self.vector_width, WIDEST_VECTOR),
+                            vector_registers=max(self.vector_registers, WIDEST_REGISTERS))
+        return max(self.accumulators(lanes), widest.accumulators(lanes))
 
 
 @dataclass(frozen=True)

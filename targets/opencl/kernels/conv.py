@@ -302,7 +302,7 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     if depthwise:
         knobs = [Knob("tile_h", sides_h), Knob("tile_w", sides_w)]
         point = {"tile_h": th, "tile_w": tw}
-        cap = 30 if pixel_cap(ctx) >= 12 else DEPTHWISE_FEW_REGISTERS
+        cap = 30 if ctx.device.accumulators_to_try(16) >= 12 else DEPTHWISE_FEW_REGISTERS
         return Space("conv2d/1", knobs, point,
                      [Constraint(f"at most {cap} pixels a tile", lambda p: p["tile_h"] * p["tile_w"] <= cap)],
                      extra)
@@ -325,7 +325,8 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
 
     def registers(p: Point) -> bool:
         lanes = int(p.get("cols", cols))
-        return p["tile_h"] * p["tile_w"] * int(p.get("vcols", nc)) <= min(32, ctx.device.accumulators(lanes))
+        pixels = p["tile_h"] * p["tile_w"] * int(p.get("vcols", nc))
+        return pixels <= min(32, ctx.device.accumulators_to_try(lanes))
 
     def no_idle_columns(p: Point) -> bool:  # a work-item's columns should not be mostly padding
         span = int(p.get("cols", cols)) * int(p.get("vcols", nc))

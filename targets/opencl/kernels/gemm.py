@@ -615,7 +615,7 @@ def gemm_space(ctx: Ctx, default: Lowered) -> Space | None:
     blocks = math.prod(dims[:-2]) if len(dims) > 2 else 1
 
     def registers(p: Point) -> bool:
-        return p["rows"] <= min(24, ctx.device.accumulators(p["cols"]))
+        return p["rows"] <= min(24, ctx.device.accumulators_to_try(p["cols"]))
 
     def no_idle_columns(p: Point) -> bool:
         return math.ceil(n / p["cols"]) * p["cols"] < 2 * n or p["cols"] == cols

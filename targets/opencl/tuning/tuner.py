@@ -32,6 +32,7 @@ from ....ir.parser import parse_module
 from ....passes.analysis import op_cost
 from ..kernels import load_all
 from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
+from ..cache import PROGRAM_LOADS
 from ..records import EXECUTION_SPACE, Record, Tuning, label, merge
 from ..space import Space, space_of
 from . import measure
@@ -45,9 +46,11 @@ MIN_NOISE = 0.01
 """The confirming run reverts this run's records only when the tuned model is slower by more than this
 and more than the spread of its cycles' ratios."""
 COMPILE_SECONDS_PER_KB = 0.03
-"""A cold build and first run of a program, per KiB of its OpenCL C (PoCL on this machine: densenet121's
-960 KiB 24 s, resnet50's 302 KiB 9.5 s, squeezenet's 316 KiB 9.3 s): the confirming run builds the tuned
-program anew, since a changed source recompiles every kernel."""
+"""A cold build and first run of a program, per KiB of its OpenCL C, where the untuned program came from
+the cache and this device's own rate is unknown (PoCL on an AMD EPYC: densenet121's 960 KiB 24 s,
+resnet50's 302 KiB 9.5 s, squeezenet's 316 KiB 9.3 s): the confirming run builds the tuned program anew,
+since a changed source recompiles every kernel. When the untuned program is built from source, its own
+rate is used instead (Intel's CPU runtime: efficientnet_b0's program 38 s, where this prior reserved 29)."""
 RESERVE_PER_KERNEL = 0.3
 """Seconds a distinct kernel adds to a whole-program build when the untuned program was not loaded here
 (Ray)."""
@@ -219,6 +222,12 @@ class Baseline:
     way: str  # pool, inline or cooperative ('' for a hybrid plan or a device without a companion)
     build_seconds: float  # lowering, loading and the first run
     source_kb: float  # the program's OpenCL C: what a cold build of a changed program costs
+    build_rate: float = 0.0  # seconds a KiB took to build here from source (0: it came from the cache)
+
+    def cold_build_seconds(self) -> float:
+        """What building a changed program of this size from source costs on this device: its measured
+        rate, else COMPILE_SECONDS_PER_KB."""
+        return self.source_kb * (self.build_rate or COMPILE_SECONDS_PER_KB)
 
 
 def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any]) -> Baseline:
@@ -230,7 +239,9 @@ def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options
     t0 = time.perf_counter()
     module = _lowered(text, info, options, [], fingerprint)
     inputs = list(random_inputs(module.funcs[0], 0))
+    from_source = PROGRAM_LOADS["source"]
     exe = Executable(module, module.funcs[0], device, execution="pool")
+    from_source = PROGRAM_LOADS["source"] - from_source
     exe.run(inputs)
     build = time.perf_counter() - t0
     way = ""
@@ -240,7 +251,8 @@ def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options
         way = auto.running_on if auto.running_on in ("pool", "inline", "cooperative") else ""
         del auto
     source = next(str(o.attrs["source"]) for o in module.funcs[0].block.ops if o.name == "cl.program")
-    return Baseline(exe, inputs, way, build, len(source) / 1024)
+    kb = len(source) / 1024
+    return Baseline(exe, inputs, way, build, kb, exe.build_seconds / kb if from_source and kb else 0.0)
 
 
 def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],
@@ -285,15 +297,17 @@ Progress = Callable[[str, float], None]  # (what is being done, fraction of the 
 
 def tune(text: str, device: Any, budget: float, records: list[Record], options: dict[str, Any],
          save: Callable[[list[Record]], None], progress: Progress | None = None,
-         runner: Any = None, max_points: int = MAX_POINTS) -> tuple[list[Record], Report]:
+         runner: Any = None, max_points: int = MAX_POINTS,
+         info: DeviceInfo | None = None) -> tuple[list[Record], Report]:
     """Tune the module `text` on `device` for about `budget` seconds, starting from `records` (any
     device's: only this device's count as measured). `save(all records)` is called after each kernel.
-    `runner`: a distributed.RayRunner to measure on (default: here, in this process)."""
+    `runner`: a distributed.RayRunner to measure on (default: here, in this process). `info`: the device
+    facts to lower for, when not the device's own (tuning from another device's defaults)."""
     from .. import device as dev
     from ..profile import peaks_for
 
     t0 = budget_clock()
-    info = dev.device_info(device)
+    info = info or dev.device_info(device)
     fp = dev.fingerprint(device)
     report = Report()
     say = progress or (lambda what, frac: None)
@@ -320,7 +334,7 @@ def tune(text: str, device: Any, budget: float, records: list[Record], options: 
     def reserve() -> float:
         """Seconds the confirming run needs: building the tuned program (PoCL compiles every kernel of a
         changed program again: COMPILE_SECONDS_PER_KB of its source) and its timed cycles."""
-        build = base.source_kb * COMPILE_SECONDS_PER_KB if base else RESERVE_PER_KERNEL * len(kernels)
+        build = base.cold_build_seconds() if base else RESERVE_PER_KERNEL * len(kernels)
         return min(budget / 2, max(budget * (1 - KERNEL_SHARE), build + CONFIRM_SECONDS))
     todo = []
     for k in tunable:
