@@ -97,7 +97,8 @@ def _fake_device(name: str) -> SimpleNamespace:
     return SimpleNamespace(platform=platform, name=name, version="1", driver_version="1", max_compute_units=2)
 
 
-def test_peaks_are_calibrated_on_first_use_and_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_peaks_are_calibrated_on_first_use_and_stored(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """peaks_for calibrates a device it has no peaks for, once, and stores them per fingerprint: a second
     device (or a new driver: another fingerprint) is calibrated on its own first use."""
     from tessel.targets.opencl import profile

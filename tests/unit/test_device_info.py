@@ -5,7 +5,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.kernels.conv_geometry import pick_tile
 
