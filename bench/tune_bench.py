@@ -1,7 +1,7 @@
 """tessel-tune on the light models and the zoo: tuned against untuned, in one process a model.
 
     .venv/bin/python bench/tune_bench.py [--suite light|zoo|all] [--models a,b] [--budget 60] [--json F]
-                                         [--device SPEC | --intel-opencl]
+                                         [--warm] [--device SPEC | --intel-opencl] [--device-info K=V,..]
 
 For each model (a subprocess each): import and -O2 as bench.py does, tune for --budget seconds with the
 records starting empty (bench/results/tuning/<model>.jsonl, rewritten), then lower the module twice, with
@@ -9,8 +9,12 @@ and without the records, load both (`auto` execution, settled), and time them in
 onnxruntime in the same process: the figure is the tuned single-process median over the untuned one, with
 the best rounds beside it. Prints a table (budget used, kernels tuned and improved, points measured and
 left out by the cost model, speed-up) and writes JSON to bench/results/tune-<time>.json (or --json).
-`--device` picks the OpenCL device as tessel-run's does; `--intel-opencl` tunes on Intel's CPU OpenCL runtime
-(bench/intel_opencl.py: an optional extra, a second implementation the defaults were never fitted to).
+`--warm` builds and settles the untuned model before the tuning starts (as after a user's first runs;
+without it, a model whose programs were never built spends the budget building them); `--device` picks
+the OpenCL device as tessel-run's does; `--device-info key=value,...` lowers for other DeviceInfo fields
+than the device's (tuning from another device's defaults, e.g. an AVX2 register model on an AVX-512
+CPU); `--intel-opencl` tunes on Intel's CPU OpenCL runtime (bench/intel_opencl.py: an optional extra, a
+second implementation the defaults were never fitted to).
 """
 
 from __future__ import annotations
@@ -71,6 +75,10 @@ def one(name: str, args: argparse.Namespace) -> dict:
     tag = "-".join(words.split())
     out = RESULTS / "tuning" / (f"{name}.{tag}.jsonl" if tag else f"{name}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.warm:  # the untuned program built and settled first, as for a user who has run the model
+        from tessel.targets.opencl.tuning.tuner import baseline
+
+        baseline(text, device, info, info.fingerprint, {})
     t0 = time.perf_counter()
     records, report = tune(text, device, args.budget, [], {}, lambda rs: write_records(str(out), rs),
                            info=info)
@@ -122,7 +130,7 @@ def one(name: str, args: argparse.Namespace) -> dict:
     del profs
     best = [min(x) for x in rounds]
     return {"model": name, "device": dev.describe(device), "device_info": args.device_info,
-            "budget_s": args.budget, "tune_s": round(tune_s, 1), "kernels": report.kernels,
+            "budget_s": args.budget, "warm": args.warm, "tune_s": round(tune_s, 1), "kernels": report.kernels,
             "tunable": report.tunable, "tuned": report.tuned, "improved": report.improved,
             "measured": report.measured, "space_points": report.space_points, "saved": report.saved,
             "confirm": report.confirm, "confirm_speedup": round(report.speedup, 3),
@@ -149,6 +157,9 @@ def main() -> int:
     ap.add_argument("--device-info", default="",
                     help="lower for these DeviceInfo fields instead of the device's (key=value,...): "
                          "tuning from another device's defaults")
+    ap.add_argument("--warm", action="store_true",
+                    help="build and settle the untuned model before tuning (its programs in the caches, "
+                         "as after a user's first runs): the budget then goes to tuning, not to cold builds")
     ap.add_argument("--intel-opencl", action="store_true",
                     help="tune on Intel's CPU OpenCL runtime (pip install -e '.[intel-opencl]')")
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)
@@ -166,7 +177,7 @@ def main() -> int:
     for name in names:
         cmd = [sys.executable, __file__, "--one", name, "--budget", str(args.budget), "--rounds",
                str(args.rounds), "--repeat", str(args.repeat), "--device", args.device,
-               "--device-info", args.device_info]
+               "--device-info", args.device_info] + (["--warm"] if args.warm else [])
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode:
             print(f"{name}: failed\n{p.stderr[-2000:]}", file=sys.stderr)
