@@ -30,9 +30,9 @@ from typing import Any
 from ....ir.core import Module, Op
 from ....ir.parser import parse_module
 from ....passes.analysis import op_cost
+from ..cache import PROGRAM_LOADS
 from ..kernels import load_all
 from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
-from ..cache import PROGRAM_LOADS
 from ..records import EXECUTION_SPACE, Record, Tuning, label, merge
 from ..space import Space, space_of
 from . import measure
