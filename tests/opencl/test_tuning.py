@@ -113,6 +113,23 @@ def test_spaces_reach_past_a_small_register_model() -> None:
     assert sp is not None and max(sp.full(p)["rows"] for p in sp.points() if sp.full(p)["cols"] == 16) > 6
 
 
+def test_a_depthwise_space_offers_the_separate_repack() -> None:
+    """A depthwise conv whose default repacks its input band in local memory may also be tuned to the
+    separate repack launch (local_repack=0): which is faster depends on the device."""
+    _, low, sp = _space("conv2d", [T(1, 32, 20, 20), T(32, 1, 3, 3)], {"pads": [1, 1, 1, 1], "groups": 32},
+                        (False, True))
+    assert low.schedule["local_repack"] == 1 and sp is not None
+    assert sp.default["local_repack"] == 1 and any(p.get("local_repack") == 0 for p in sp.points())
+    ctx, _, _ = _space("conv2d", [T(1, 32, 20, 20), T(32, 1, 3, 3)], {"pads": [1, 1, 1, 1], "groups": 32},
+                       (False, True))
+    import dataclasses
+
+    from tessel.targets.opencl.kernels.base import TEMPLATES
+
+    separate = TEMPLATES["conv2d"](dataclasses.replace(ctx, schedule={"local_repack": 0}))
+    assert "local_repack" not in separate.schedule and len(separate.kernels) == 2  # repack, then the conv
+
+
 def test_reject_names_the_broken_constraint() -> None:
     _, _, sp = _space("conv2d", [T(1, 32, 28, 28), T(64, 32, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, False))
     assert sp is not None
