@@ -316,7 +316,7 @@ def main(
     if not quiet:
         sys.stdout.write(summary_table(names, results))
     if profile and rows is not None:
-        sys.stdout.write(profile_table(rows, report.get("peaks"), top, median))
+        sys.stdout.write(profile_table(rows, report["peaks"], top, median))
         report["overhead_ms"] = round(median - sum(r.ms for r in rows), 4)
     if not quiet or profile:
         where = target if exe is None else f"{target} ({report['device']})"
@@ -418,7 +418,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     if profile:
         rows = kernel_rows(exe, stats)
         peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
-        report["peaks"] = None if peaks is None else peaks.__dict__
+        report["peaks"] = peaks.__dict__
         report["kernels"] = [r.as_dict(peaks) for r in rows]
     return results, stats.seconds, rows, exe
 
@@ -440,7 +440,7 @@ def _compare(names, results, reference, rtol, atol, run) -> None:  # noqa: ANN00
 
 
 def profile_table(  # noqa: ANN001
-    rows, peaks: dict | None, top: int | None, wall_ms: float | None = None
+    rows, peaks: dict, top: int | None, wall_ms: float | None = None
 ) -> str:
     from rich import box
     from rich.console import Console
@@ -448,7 +448,7 @@ def profile_table(  # noqa: ANN001
 
     from ..targets.opencl.profile import Peaks
 
-    p = Peaks(**peaks) if peaks else None
+    p = Peaks(**peaks)
     total = sum(r.ms for r in rows) or 1.0
     table = Table(box=box.SIMPLE_HEAD, title=None)
     for col in (
@@ -485,9 +485,5 @@ def profile_table(  # noqa: ANN001
     if wall_ms is not None:  # what the kernels' own times do not account for: launches, waits, copies
         over = wall_ms - total
         note += f"; wall {wall_ms:.3f} ms, overhead {over:.3f} ms ({100 * over / wall_ms:.0f}% of wall)"
-    note += (
-        f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})"
-        if p
-        else "; no calibration for this device: run 'tessel-run --calibrate' for the % of peak"
-    )
+    note += f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})"
     return buf.getvalue() + note + "\n"
