@@ -15,6 +15,7 @@ one model a thread.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -302,8 +303,11 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     from .targets.opencl.records import Tuning, read_records
 
     levels["optimized"] = _clone(module)
+    from .targets.opencl.profile import peaks_for
+
     cl_device = dev.pick_device(device)
-    info = dev.device_info(cl_device)
+    peaks = peaks_for(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
+    info = dev.device_info(cl_device, peaks)
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
     lower_module(module, info, tuning=tuning)
     if shape_hints:

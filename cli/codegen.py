@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -82,7 +83,10 @@ def device_for_codegen(spec: str) -> object:
     if spec == "generic":
         return dev.DeviceInfo.generic()
     try:
-        return dev.device_info(dev.pick_device(spec))
+        from ..targets.opencl.profile import peaks_for
+
+        d = dev.pick_device(spec)
+        return dev.device_info(d, peaks_for(d, lambda text: sys.stderr.write(f"tessel: {text}\n")))
     except dev.NoOpenCL as e:
         raise fail(str(e)) from None
     except ValueError as e:
@@ -112,7 +116,8 @@ def device_for_codegen(spec: str) -> object:
     help="Device to specialise kernels for: 'generic' (a PoCL-like CPU; output does not depend on "
     "this machine; the default), 'auto' (the first GPU, else the first device of the most compute "
     "units; the default with --tuning-records), an index from 'tessel-run --list-devices', or part of a "
-    "device name.",
+    "device name. A real device's measured peaks (calibrated on its first use) feed the choices that weigh "
+    "FLOPs against memory traffic, such as Winograd or not.",
 )
 @click.option(
     "--split-input-file",

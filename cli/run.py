@@ -381,7 +381,8 @@ def _device_command(list_devices: bool, spec: str) -> None:
     path = save_peaks(d, peaks)
     sys.stdout.write(
         f"{dev.describe(d)}: SGEMM {peaks.gflops:.1f} GFLOP/s, elementwise {peaks.gbps:.1f} GB/s, "
-        f"launch + finish {peaks.launch_us:.1f} us (saved to {path})\n"
+        f"weights streamed {peaks.stream_gbps:.1f} GB/s, launch + finish {peaks.launch_us:.1f} us "
+        f"(saved to {path})\n"
     )
 
 
@@ -394,9 +395,12 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
 
     dev = _opencl()
     d = _pick(dev, spec)
+    if not lowered:  # the lowering's cost model reads the device's peaks (calibrated on its first use)
+        peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
+        info = dev.device_info(d, peaks)
     t0 = time.perf_counter()
     if not lowered:
-        lower_module(module, dev.device_info(d), None, schedule, check_bounds=check_bounds)
+        lower_module(module, info, None, schedule, check_bounds=check_bounds)
     elif check_bounds and not bounds_checked(func):
         raise fail("--check-bounds: this module is lowered without checks (lower it with "
                    "tessel-codegen --check-bounds)", 2)

@@ -116,7 +116,14 @@ def context_for(device: Any) -> Any:
     return cl().Context([device] if companion is None else [device, companion])
 
 
-def device_info(d: Any) -> DeviceInfo:
+def device_info(d: Any, peaks: Any = None) -> DeviceInfo:
+    """What the lowering knows of device `d`: its reported properties, and `peaks` (profile.Peaks: the
+    stored calibration when not given, none for a device never calibrated; the tools that compile for a
+    device calibrate it on first use through profile.peaks_for)."""
+    if peaks is None:
+        from .profile import load_peaks
+
+        peaks = load_peaks(d)
     pcl = cl()
     ext = d.extensions
     cpu = bool(d.type & pcl.device_type.CPU)
@@ -133,6 +140,9 @@ def device_info(d: Any) -> DeviceInfo:
         is_cpu=bool(d.type & pcl.device_type.CPU),
         base_align=max(int(d.mem_base_addr_align) // 8, 4),
         fingerprint=fingerprint(d),
+        peak_gflops=peaks.gflops if peaks else 0.0,
+        stream_gbps=peaks.stream_gbps if peaks else 0.0,
+        copy_gbps=peaks.gbps if peaks else 0.0,
     )
 
 

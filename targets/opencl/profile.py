@@ -1,7 +1,9 @@
 """Per-kernel profiles against the roofline, and the device calibration they are measured against.
 
 `calibrate(device)` measures the device's peaks with tessel's own kernels — SGEMM 1024^3 (GFLOP/s), a 64 MiB
-f32 add (GB/s, counting its three streams) and an empty launch + finish (launch overhead) — and `save_peaks`
+f32 add (GB/s, counting its three streams), the rate at which the GEMM micro-kernel streams constant weights
+it uses few times from memory (`stream_gbps`: 16 rows against 128 MiB of weights; the lowering's cost model
+reads it, see kernels/winograd.py) and an empty launch + finish (launch overhead) — and `save_peaks`
 keeps them in `<cache>/calibration.json` under the device's fingerprint (a cache.py entry: checked by its
 hash, written atomically). `kernel_rows` turns a profiled run into one row per kernel: launches, time from
 OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity, and the fraction of the peak (compute or
@@ -34,6 +36,7 @@ class Peaks:
     launch_us: float
     device: str = ""
     measured: str = ""
+    stream_gbps: float = 0.0  # 0: stored by a tessel that did not measure it (calibrated anew when needed)
 
     @property
     def ridge(self) -> float:
@@ -85,7 +88,7 @@ def peaks_for(device: Any, say: Any = None) -> Peaks:
     driver). `say(text)` is told before a calibration starts. A store that cannot be written leaves the
     peaks for this process only."""
     peaks = load_peaks(device)
-    if peaks is not None:
+    if peaks is not None and peaks.stream_gbps:
         return peaks
     if say is not None:
         say(f"calibrating {dev.describe(device)} (first use: SGEMM, stream and launch peaks; stored in "
@@ -143,6 +146,7 @@ def calibrate(device: Any, repeat: int = 10) -> Peaks:
     x, y = (rng.standard_normal(m, dtype=np.float32) for _ in range(2))
     exe = Executable(add, add.funcs[0], device, profile=True)
     gbps = 3 * 4 * m / best_kernel_seconds(exe, [x, y], repeat) / 1e9  # two streams read, one written
+    stream = stream_gbps(device, info, repeat)
     s = "tensor<1xf32>"
     tiny = _module(f"    %0 = relu %a : ({s}) -> {s}\n    return %0 : {s}", f"%a: {s}", s)
     lower_module(tiny, info)
@@ -154,7 +158,30 @@ def calibrate(device: Any, repeat: int = 10) -> Peaks:
         round(launch * 1e6, 1),
         dev.describe(device),
         time.strftime("%Y-%m-%d"),
+        round(stream, 1),
     )
+
+
+STREAM_ROWS, STREAM_K, STREAM_N = 16, 4096, 8192
+"""The weight-streaming calibration: [16 x 4096] @ a constant [4096 x 8192] (128 MiB, past the caches a
+process gets), each weight used by 16 rows, as a Winograd GEMM on 16 tiles or a matmul on 16 tokens uses
+it: its time is the weights' bytes over the rate one micro-kernel a core streams them at, which on some
+CPUs is well under the copy bandwidth `gbps` measures with three streams a core (an Intel Xeon VM: 12.5
+against 28 GB/s)."""
+
+
+def stream_gbps(device: Any, info: Any, repeat: int) -> float:
+    """GB/s of constant weights read by the GEMM micro-kernel over STREAM_ROWS rows (profiling events)."""
+    a, b, y = (f"tensor<{STREAM_ROWS}x{STREAM_K}xf32>", f"tensor<{STREAM_K}x{STREAM_N}xf32>",
+               f"tensor<{STREAM_ROWS}x{STREAM_N}xf32>")
+    body = (f"    %w = const {{value = dense<0.01> : {b}}} : () -> {b}\n"
+            f"    %0 = matmul %a, %w : ({a}, {b}) -> {y}\n    return %0 : {y}")
+    module = _module(body, f"%a: {a}", y)
+    lower_module(module, info)
+    x = np.random.default_rng(0).standard_normal((STREAM_ROWS, STREAM_K), dtype=np.float32)
+    seconds = best_kernel_seconds(Executable(module, module.funcs[0], device, profile=True), [x],
+                                  max(3, repeat // 2))
+    return 4 * STREAM_K * STREAM_N / seconds / 1e9
 
 
 @dataclass

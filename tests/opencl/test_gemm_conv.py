@@ -62,6 +62,40 @@ def test_matmul_schedule_override() -> None:
     assert {k: low.schedule[k] for k in ("rows", "cols")} == {"rows": 7, "cols": 8}
 
 
+@pytest.mark.parametrize("a, b, schedule", [
+    ((256, 64), (64, 40), {}),  # the default: 2 of the 3 panels a work-item, the last one's second skipped
+    ((37, 20), (20, 100), {"vcols": 3}),  # M tail, 7 panels (the last partial) by threes
+    ((2, 30, 12), (2, 12, 64), {"vcols": 4, "rows": 5}),  # batched
+    ((64, 48), (48, 64), {"vcols": 2, "pack_a": 1}),  # A in panels
+])
+def test_matmul_several_columns_a_work_item(a, b, schedule) -> None:
+    """`vcols` column panels a work-item: each A scalar loaded feeds vcols FMAs."""
+    check_op("matmul", [arr(*a), arr(*b)], schedule=schedule, **TOL)
+    _, low = lower_op("matmul", [TensorType(a, "f32"), TensorType(b, "f32")], {}, schedule=schedule)
+    assert low.schedule["vcols"] == schedule.get("vcols", 2)
+
+
+def test_gemm_several_columns_with_bias_and_epilogue() -> None:
+    check_op("gemm", [arr(40, 9), arr(20, 9), arr(20)], {"trans_b": True, "alpha": 0.5, "beta": 2.0},
+             schedule={"vcols": 2}, **TOL)
+
+
+def test_two_columns_where_they_pay() -> None:
+    """Two column vectors where the registers hold two columns of at least 8 rows, B has two panels, and
+    the rows are not cut into more blocks while few (B would be read from memory more often)."""
+    def vcols(m: int, k: int, n: int, info: DeviceInfo = AVX512) -> int:
+        _, low = lower_op("matmul", [TensorType((m, k), "f32"), TensorType((k, n), "f32")], {}, info=info)
+        return int(low.schedule.get("vcols", 1))
+
+    assert vcols(1024, 1024, 1024) == vcols(256, 64, 40) == 2
+    assert vcols(16, 4096, 8192) == 1  # one block of 16 rows: two of 12 would read B twice
+    assert vcols(64, 768, 768) == 1  # 4 blocks of 16 against 5 of 13
+    assert vcols(1024, 64, 16) == 1  # one panel
+    assert vcols(1024, 1024, 1024, AVX2) == 1  # 16 registers: two float16 columns leave 2 rows
+    with pytest.raises(NotLowerable, match="vcols=5"):
+        lower_op("matmul", [TensorType((8, 8), "f32"), TensorType((8, 64), "f32")], {}, schedule={"vcols": 5})
+
+
 @pytest.mark.parametrize("a, b, c, attrs", [
     ((9, 33), (20, 9), (20,), {"trans_a": True, "trans_b": True, "alpha": 0.5, "beta": 2.0}),
     ((33, 9), (9, 20), (33, 1), {}),  # C broadcast along N
@@ -315,7 +349,9 @@ def test_matmul_packs_a_only_when_it_pays(m, k, n, packed) -> None:
 ])
 def test_rows_read_as_is_do_not_thrash_an_l1_set(m, k, rows) -> None:
     _, low = lower_op("matmul", [TensorType((m, k), "f32"), TensorType((k, 64), "f32")], {})
-    assert low.schedule["pack_a"] == 0 and low.schedule["rows"] == rows
+    assert low.schedule["pack_a"] == 0
+    one_column = low.schedule.get("vcols", 1) == 1  # two columns a work-item fit fewer rows
+    assert low.schedule["rows"] == rows if one_column else low.schedule["rows"] <= rows
 
 
 def test_rows_capped_for_the_l1_keep_their_tail() -> None:

@@ -81,6 +81,21 @@ def test_when_winograd_is_chosen() -> None:
     assert choice(64, 64, 56, device=DeviceInfo(is_cpu=False)) == 0  # measured on CPUs only
 
 
+def test_measured_peaks_choose_the_tile() -> None:
+    """With the device's calibrated peaks the choice is the cheapest of direct, F(2x2) and F(4x4) on its
+    roofline: each transformed weight serves one tile, so on few tiles the GEMM streams (m+2)^2/9 times the
+    direct kernel's weights. Where weights stream slowly (an Intel Xeon VM: 13 GB/s against 300 GFLOP/s)
+    a 7x7 image keeps the direct kernel and 14x14 takes F(2x2); where they stream fast the choices are the
+    rule's without peaks."""
+    slow = DeviceInfo(peak_gflops=300, stream_gbps=13, copy_gbps=27)
+    fast = DeviceInfo(peak_gflops=300, stream_gbps=60, copy_gbps=40)
+    assert choice(512, 512, 7, device=slow) == 0 and choice(512, 512, 7, device=fast) == 2
+    assert choice(256, 256, 14, device=slow) == 2 and choice(256, 256, 14, device=fast) == 4
+    for device in (slow, fast):  # many tiles: the GEMM is compute-bound on either
+        assert choice(64, 64, 56, device=device) == choice(128, 128, 28, device=device) == 4
+    assert choice(512, 512, 7, device=fast, winograd=1, tile=4) == 4  # the schedule still decides
+
+
 def test_winograd_refusals() -> None:
     ins, attrs = conv_case(1, 32, 32, 8, 3, s=2, p=1)
     with pytest.raises(NotLowerable, match="stride 1"):

@@ -108,7 +108,7 @@ def test_peaks_are_calibrated_on_first_use_and_stored(tmp_path: Path,
 
     def fake(device: SimpleNamespace) -> Peaks:
         made.append(device.name)
-        return Peaks(50.0 + len(made), 10.0, 5.0, device.name, "2026-01-01")
+        return Peaks(50.0 + len(made), 10.0, 5.0, device.name, "2026-01-01", stream_gbps=8.0)
 
     monkeypatch.setattr(profile, "calibrate", fake)
     said: list[str] = []
@@ -119,6 +119,9 @@ def test_peaks_are_calibrated_on_first_use_and_stored(tmp_path: Path,
     assert profile.peaks_for(a, said.append).gflops == 51.0 and made == ["cpu"] and len(said) == 1
     assert load_peaks(a) == profile.peaks_for(a)
     assert profile.peaks_for(b).gflops == 52.0 and load_peaks(a).gflops == 51.0
+    # peaks stored by a tessel that did not measure the weight-streaming rate are measured again
+    save_peaks(a, Peaks(40.0, 10.0, 5.0, "cpu", "2025-01-01"))
+    assert profile.peaks_for(a).gflops == 53.0 and made == ["cpu", "cpu", "cpu"]
 
 
 def test_a_corrupt_calibration_store_warns_and_reads_as_missing(tmp_path: Path,

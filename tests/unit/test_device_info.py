@@ -45,3 +45,19 @@ def test_a_tile_has_a_pixel_even_past_the_register_budget(nc: int, cap: int) -> 
     returned 0 rows, and the conv's tile check divided by zero)."""
     th, tw = pick_tile(13, 13, 24 // nc, nc=nc, cap=cap)
     assert th >= 1 and tw >= 1
+
+
+def test_measured_peaks_reach_the_lowering(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """device_info carries the device's calibrated peaks (given, or the stored ones), which the lowering's
+    cost model reads; a device never calibrated has none (the rules without peaks apply)."""
+    from tessel.targets.opencl.profile import Peaks, save_peaks
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    cpu = _cpu(16, 16)
+    none = dev.device_info(cpu)
+    assert (none.peak_gflops, none.stream_gbps, none.copy_gbps) == (0.0, 0.0, 0.0)
+    given = dev.device_info(cpu, Peaks(300.0, 27.0, 4.0, stream_gbps=13.0))
+    assert (given.peak_gflops, given.stream_gbps, given.copy_gbps) == (300.0, 13.0, 27.0)
+    save_peaks(cpu, Peaks(200.0, 30.0, 4.0, stream_gbps=40.0))
+    stored = dev.device_info(cpu)
+    assert (stored.peak_gflops, stored.stream_gbps, stored.copy_gbps) == (200.0, 40.0, 30.0)

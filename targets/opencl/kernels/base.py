@@ -50,21 +50,29 @@ class DeviceInfo:
     is_cpu: bool = True
     base_align: int = 128  # bytes: sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
     fingerprint: str = "generic"  # device.fingerprint of a real device: what tuning records are keyed by
+    # measured peaks (profile.Peaks, calibrated on the device's first use; 0: not measured, e.g. generic):
+    peak_gflops: float = 0.0  # tessel's SGEMM
+    stream_gbps: float = 0.0  # constant weights streamed from memory by the GEMM micro-kernel
+    copy_gbps: float = 0.0  # a three-stream elementwise kernel
 
     @staticmethod
     def generic() -> DeviceInfo:
         return DeviceInfo()
 
-    def accumulators(self, lanes: int) -> int:
-        """How many float<lanes> accumulators a micro-kernel keeps in registers beside one loaded vector of
-        the same width and a broadcast scalar: 30 of float16 with AVX-512, 6 with AVX2 (a float16 takes two
-        of its 16 registers: the 6x16 tile of AVX2 BLAS kernels). Past it LLVM spills accumulators to the
-        stack every FMA: SGEMM 1024^3 on an AVX2 Zen 3 runs at 40 GFLOP/s with 16 rows x float16, 145
-        with 6."""
-        per = max(1, -(-lanes // self.vector_width))
-        return max(1, (self.vector_registers - per - 1) // per)
+    def registers_per(self, lanes: int) -> int:
+        """SIMD registers one float<lanes> takes."""
+        return max(1, -(-lanes // self.vector_width))
 
-    def accumulators_to_try(self, lanes: int) -> int:
+    def accumulators(self, lanes: int, loaded: int = 1) -> int:
+        """How many float<lanes> accumulators a micro-kernel keeps in registers beside `loaded` loaded
+        vectors of the same width and a broadcast scalar: 30 of float16 with AVX-512, 6 with AVX2 (a float16
+        takes two of its 16 registers: the 6x16 tile of AVX2 BLAS kernels). Past it LLVM spills accumulators
+        to the stack every FMA: SGEMM 1024^3 on an AVX2 Zen 3 runs at 40 GFLOP/s with 16 rows x float16,
+        145 with 6."""
+        per = self.registers_per(lanes)
+        return max(1, (self.vector_registers - loaded * per - 1) // per)
+
+    def accumulators_to_try(self, lanes: int, loaded: int = 1) -> int:
         """The accumulators a schedule space lets the tuner try: this device's, or those of the widest
         register file tessel targets (32 registers of 16 floats, AVX-512) where that holds more. The
         register model is read off the reported vector width, and a report can mislead (Intel's CPU
@@ -72,7 +80,7 @@ class DeviceInfo:
         past it and measuring decides: a tile that spills is slower and loses."""
         widest = DeviceInfo(vector_width=max(self.vector_width, WIDEST_VECTOR),
                             vector_registers=max(self.vector_registers, WIDEST_REGISTERS))
-        return max(self.accumulators(lanes), widest.accumulators(lanes))
+        return max(self.accumulators(lanes, loaded), widest.accumulators(lanes, loaded))
 
 
 @dataclass(frozen=True)

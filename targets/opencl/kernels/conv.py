@@ -264,10 +264,10 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     the tile, and, where the default repacks its input band in local memory without a fused expansion,
     whether it does (local_repack). A direct 3x3 stride-1 conv Winograd could take also tries Winograd."""
     from .winograd import (
-        MIN_TILES_4X4,
         TRANSFORMS,
         WINOGRAD_SCRATCH,
         pick_gemm_rows,
+        pick_tile,
         scratch_bytes,
         tile_count,
         winograd_legal,
@@ -281,12 +281,18 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
             rows = int(p["rows"])
             return sum(scratch_bytes(geo, int(p["tile"]), rows)) <= WINOGRAD_SCRATCH
 
+        def registers(p: Point) -> bool:
+            v = int(p["vcols"])
+            return v == 1 or int(p["rows"]) * v <= ctx.device.accumulators_to_try(16, v)
+
         return Space("conv2d/1", [
             Knob("tile", tuple(sorted(TRANSFORMS)), "Winograd F(m x m, 3x3): output tile side m"),
             Knob("rows", around(int(chosen["rows"]), 1, 32, (4, 6, 8, 10, 12, 14, 16)),
                  "tiles a work-item of the batched GEMM"),
-        ], {"tile": chosen["tile"], "rows": chosen["rows"]},
-            [Constraint(f"Winograd scratch at most {WINOGRAD_SCRATCH >> 20} MiB", fits)],
+            Knob("vcols", (1, 2), "16-channel column vectors a work-item of the batched GEMM"),
+        ], {"tile": chosen["tile"], "rows": chosen["rows"], "vcols": chosen.get("vcols", 1)},
+            [Constraint(f"Winograd scratch at most {WINOGRAD_SCRATCH >> 20} MiB", fits),
+             Constraint("two columns of rows accumulators within the registers", registers)],
             extra=[{"winograd": 0}])
     if "tile_h" not in chosen:
         return None  # an empty result, or a kernel with no tile
@@ -297,7 +303,7 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     extra: list[Point] = []
     if (not depthwise and not fused and ctx.is_constant(1) and ctx.device.is_cpu
             and not winograd_legal(ctx, geo, False) and not chosen.get("in_block")):
-        m = 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2  # the tile Winograd's own default picks
+        m = pick_tile(ctx, geo)  # the tile Winograd's own default picks
         if sum(scratch_bytes(geo, m, pick_gemm_rows(ctx, tile_count(geo, m)))) <= WINOGRAD_SCRATCH:
             extra.append({"winograd": 1})
     if depthwise:

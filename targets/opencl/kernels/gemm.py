@@ -164,6 +164,12 @@ class Gemm:
     a_mode: str = "panel"  # how A is read: "panel" | "rows" | "cols" (see the module docstring)
     b_type: str = "f32"  # B's storage: f32, or f16 / bf16 weights widened to float as they are loaded
     a_norm: ANorm | None = None  # A's rows normalized as they are read (mode "rows" only)
+    vcols: int = 1  # column vectors (B panels) a work-item: each A scalar loaded feeds vcols FMAs
+
+    @property
+    def nbw(self) -> int:
+        """Work-items along N: the column panels, vcols a work-item."""
+        return math.ceil(self.nb / self.vcols)
 
     @property
     def mb(self) -> int:
@@ -267,7 +273,9 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
     """The micro-kernel. `bias(value, lanes, m, n0)` rewrites each stored value (alpha and beta * C of
     gemm), `epilogue` the fusion hook, `tail` the split / row hooks. Arguments: A (panels or as is), B
     panels, then `in2..`, then Y (or Y0.. for a split)."""
-    r, c, m, k, n = g.rows, g.cols, g.m, g.k, g.n
+    r, c, m, k, n, v = g.rows, g.cols, g.m, g.k, g.n, g.vcols
+    if v > 1 and (tail.split or tail.rows or g.a_norm is not None):
+        raise NotLowerable("several column vectors a work-item with a split, row tail or normalized A")
     vt = vtype(c)
     # independent accumulator sets over k when few rows leave the FMA chain latency-bound (GEMV)
     ksplit = 4 if r == 1 else 2 if r <= 3 else 1
@@ -279,7 +287,7 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
     a_shape = {"panel": f"panels [.., {g.mb}, {k}, {r}]", "rows": f"[.., {m}, {k}]",
                "cols": f"[.., {k}, {m}] (transposed)"}[g.a_mode]
     lines = [f"// Y[{', '.join(map(str, g.batch + (m, n)))}] = A[.., {m}, {k}] @ B[.., {k}, {n}]: "
-             f"{r} rows x one {vt} column per work-item",
+             f"{r} rows x {'one' if v == 1 else v} {vt} column{'s' if v > 1 else ''} per work-item",
              f"// A {a_shape} ({a_arg}), B panels [.., {g.nb}, {k}, {c}]",
              f"__kernel void KERNEL({', '.join(ins + outs)}) {{",
              "    const int mb = get_global_id(0);",
@@ -289,11 +297,17 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
              *a_pointers(g),
              *(row_stats(g) if tail.rows else [])]  # once for every column block the work-item does
     head = len(lines)
-    lines.append(f"    const __global {bt}* bp = B + {batch_offset('b', g.batch, g.b_batch_strides)}"
-                 f" + nb * {k * c};")
-    accs = [[f"acc{s}_{i}" for i in range(r)] for s in range(ksplit)]
+    b_off = batch_offset('b', g.batch, g.b_batch_strides)
+    if v == 1:
+        lines.append(f"    const __global {bt}* bp = B + {b_off} + nb * {k * c};")
+    for j in range(v if v > 1 else 0):  # the last work-item's panels past B's re-read its last one
+        panel = f"nb * {v} + {j}" if not g.nb % v or j < g.nb % v else f"min(nb * {v} + {j}, {g.nb - 1})"
+        lines.append(f"    const __global {bt}* bp{j} = B + {b_off} + ({panel}) * {k * c};")
+    # accs[s][i][j]: k-split set s, tile row i, column vector j
+    accs = [[[f"acc{s}_{i}" if v == 1 else f"acc{s}_{i}_{j}" for j in range(v)] for i in range(r)]
+            for s in range(ksplit)]
     for s in range(ksplit):
-        lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs[s])};")
+        lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for row in accs[s] for a in row)};")
     nm = g.a_norm
     if nm is not None:
         lines.append(f"    {vt} sg = 0.0f;  // sum_k scale[k] * B[k, n]")
@@ -301,7 +315,11 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
             lines.append(f"    {vt} cb = 0.0f;  // sum_k bias[k] * B[k, n]")
 
     def step(s: int, kk: str) -> list[str]:
-        out = [f"        const {vt} b{s} = {load_b(g.b_type, c, f'bp + ({kk}) * {c}')};"]
+        if v == 1:
+            out = [f"        const {vt} b{s} = {load_b(g.b_type, c, f'bp + ({kk}) * {c}')};"]
+        else:
+            out = [f"        const {vt} b{s}_{j} = {load_b(g.b_type, c, f'bp{j} + ({kk}) * {c}')};"
+                   for j in range(v)]
         if g.a_mode == "panel":
             out.append(f"        const __global float* a{s} = a + ({kk}) * {r};")
         bv = f"b{s}"
@@ -309,9 +327,15 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
             out.append(f"        const {vt} g{s} = b{s} * {nm.scale.format(k=kk)};")
             out.append(f"        sg += g{s};")
             if nm.bias is not None:
-                out.append(f"        cb = mad(({vt})({nm.bias.format(k=kk)}), b{s}, cb);")
+                out.append(f"        cb = fma(({vt})({nm.bias.format(k=kk)}), b{s}, cb);")
             bv = f"g{s}"
-        out += [f"        {accs[s][i]} = mad({a_scalar(g, s, i, kk)}, {bv}, {accs[s][i]});" for i in range(r)]
+        if v == 1:
+            out += [f"        {accs[s][i][0]} = fma({a_scalar(g, s, i, kk)}, {bv}, {accs[s][i][0]});"
+                    for i in range(r)]
+        else:  # one A scalar a row, loaded once for the row's v FMAs
+            out += [f"        {{ const float x = {a_scalar(g, s, i, kk)}; "
+                    + " ".join(f"{a} = fma(x, b{s}_{j}, {a});" for j, a in enumerate(accs[s][i])) + " }"
+                    for i in range(r)]
         return out
 
     main = k - k % ksplit
@@ -324,14 +348,34 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
         lines += step(0, "k")
         lines.append("    }")
     for s in range(1, ksplit):
-        lines += [f"    {accs[0][i]} += {accs[s][i]};" for i in range(r)]
+        lines += [f"    {accs[0][i][j]} += {accs[s][i][j]};" for i in range(r) for j in range(v)]
     if nm is not None:  # ((A - mean) @ (scale * B)) * rstd + bias @ B
         if not tail.rows:  # after the product: nothing live across its loop but the accumulators
             lines += row_stats(g)
         cb = " + cb" if nm.bias is not None else ""
-        lines += [f"    {accs[0][i]} = ({accs[0][i]} - mean_{i} * sg) * rstd_{i}{cb};" for i in range(r)]
+        lines += [f"    {row[0]} = ({row[0]} - mean_{i} * sg) * rstd_{i}{cb};"
+                  for i, row in enumerate(accs[0])]
     # epilogue: row m of the tile goes to Y[b][m][n0 ..]
-    lines.append(f"    const int n0 = nb * {c};")
+    for j in range(v):
+        lines += store_rows(g, j, [row[j] for row in accs[0]], bias, epilogue, tail)
+    if tail.rows:  # every column block of the row block in turn, then the rows
+        body = ["    " + ln for ln in lines[head:]]
+        lines[head:] = [f"    for (int nb = 0; nb < {g.nb}; ++nb) {{", *body, "    }"]
+        lines += tail.rows(g)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def store_rows(g: Gemm, j: int, accs: list[str], bias: Callable[[str, int, str, str], str] | None,
+               epilogue: Epilogue | None, tail: Tail) -> list[str]:
+    """Stores of the tile's rows (`accs`, one per row) for its column vector j: bias, epilogue, split."""
+    r, c, m, n, v = g.rows, g.cols, g.m, g.n, g.vcols
+    lines: list[str] = []
+    if v == 1:
+        lines.append(f"    const int n0 = nb * {c};")
+    else:  # a block of its own per column vector (n0 is its first column), skipped past B's last panel
+        lines.append(f"    if (nb * {v} + {j} < {g.nb}) {{" if g.nb % v and j >= g.nb % v else "    {")
+        lines.append(f"    const int n0 = (nb * {v} + {j}) * {c};")
     limit = None if n % c == 0 else f"{n} - n0"
     out, at = "Y", None
     if tail.split:  # the result holding column n0, and n0's column in it
@@ -340,34 +384,31 @@ def gemm_source(g: Gemm, *, a_arg: str, bias: Callable[[str, int, str, str], str
         lines.append("    __global float* Ys;")
         lines.append("    int ns, ls;")
         start = 0
-        for j, s in enumerate(tail.split):
-            cond = f"if (n0 < {start + s}) " if j < len(tail.split) - 1 else ""
-            lines.append(f"    {'else ' if j else ''}{cond}{{ Ys = Y{j}; ns = n0 - {start}; ls = {s}; }}")
-            start += s
+        for t, size in enumerate(tail.split):
+            cond = f"if (n0 < {start + size}) " if t < len(tail.split) - 1 else ""
+            lines.append(f"    {'else ' if t else ''}{cond}{{ Ys = Y{t}; ns = n0 - {start}; ls = {size}; }}")
+            start += size
         out = "Ys"
     for i in range(r):
         row = f"mb * {r} + {i}"
         guard = m % r != 0 and i >= m % r and g.mb > 0
 
-        def val(v: str, idx: str, lanes: int, row: str = row) -> str:
+        def val(x: str, idx: str, lanes: int, row: str = row) -> str:
             if bias is not None:
-                v = bias(v, lanes, row, "n0" if lanes > 1 else f"(({idx}) % {n})")
-            return epilogue(v, idx, lanes) if epilogue else v
+                x = bias(x, lanes, row, "n0" if lanes > 1 else f"(({idx}) % {n})")
+            return epilogue(x, idx, lanes) if epilogue else x
 
         ind = "        " if guard else "    "
         if guard:
             lines.append(f"    if ({row} < {m}) {{")
         if tail.split:
             at = f"(b * {m} + {row}) * ls + ns"
-        lines += store_vector(c, accs[0][i], out, f"(b * {m} + {row}) * {n} + n0", limit, val, ind, at)
+        lines += store_vector(c, accs[i], out, f"(b * {m} + {row}) * {n} + n0", limit, val, ind, at)
         if guard:
             lines.append("    }")
-    if tail.rows:  # every column block of the row block in turn, then the rows
-        body = ["    " + ln for ln in lines[head:]]
-        lines[head:] = [f"    for (int nb = 0; nb < {g.nb}; ++nb) {{", *body, "    }"]
-        lines += tail.rows(g)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    if v > 1:
+        lines.append("    }")
+    return lines
 
 
 def flit(x: float) -> str:
@@ -404,6 +445,61 @@ def tile_params(ctx: Ctx, m: int, n: int, split: Sequence[int] = ()) -> tuple[in
     if cols not in (1, 2, 4, 8, 16):
         raise NotLowerable(f"'{ctx.op_name}' schedule cols={cols} is not 1, 2, 4, 8 or 16")
     return rows, cols
+
+
+FMA_PER_LOAD = 2.0
+"""FMAs a micro-kernel step feeds from each load (a B vector or a broadcast A scalar) past which more
+brings nothing: x86 cores load and FMA at about the same rate (two of each a cycle), and one column vector
+of `rows` rows does rows FMAs for rows + 1 loads. Two columns share each broadcast: SGEMM 1024^3 on an
+Intel Xeon (PoCL, AVX-512) 220 GFLOP/s with 16 rows x one float16, 305-320 with 12-14 rows x two, 303-331
+with 8 x 3 or 6 x 4."""
+
+
+ROW_BLOCKS_CACHED = 8
+"""Row blocks of A past which B's panels, read once by each block, are mostly re-read from the caches: two
+columns a work-item may then take fewer rows (more blocks). Below it B may be weights streamed from memory
+by each block (a Winograd GEMM on 16 tiles, a 16-token matmul: one block of 16 rows, where two blocks of 12
+read the 128 MiB of the weight-streaming calibration at 8.8 instead of 13.2 GB/s)."""
+
+
+def block_cost(m: int, panels: int, rows: int, vcols: int, per: int) -> float:
+    """Relative time of a contraction's micro-kernels: the padded work over how well each step's loads
+    feed its FMAs (rows x vcols FMAs of `per` registers each, for vcols x per vector and `rows` scalar
+    loads)."""
+    work = math.ceil(m / rows) * rows * math.ceil(panels / vcols) * vcols
+    return work / min(FMA_PER_LOAD, rows * vcols * per / (vcols * per + rows))
+
+
+def pick_vcols(ctx: Ctx, g: Gemm, tail: Tail = NO_TAIL, batch: int = 1) -> None:
+    """Set g.vcols (and g.rows to fit) from the schedule, else two column vectors a work-item where
+    block_cost says they pay and the registers hold two columns of at least 8 rows; one with a split or row
+    tail or a normalized A (their hooks store one column vector at a time), or when the schedule fixes the
+    rows alone."""
+    want = ctx.schedule.get("vcols")
+    per = ctx.device.registers_per(g.cols)
+    if want is not None:
+        if int(want) not in (1, 2, 3, 4):
+            raise NotLowerable(f"'{ctx.op_name}' schedule vcols={want} is not 1 to 4")
+        if int(want) > 1 and (tail.split or tail.rows or g.a_norm is not None):
+            raise NotLowerable(f"'{ctx.op_name}' schedule vcols={want}: a split, row tail or normalized A "
+                               "stores one column vector a work-item")
+        g.vcols = int(want)
+        if "rows" not in ctx.schedule:
+            g.rows = min(g.rows, max(1, ctx.device.accumulators(g.cols, g.vcols) // g.vcols))
+        return
+    if tail.split or tail.rows or g.a_norm is not None or "rows" in ctx.schedule or g.nb < 2:
+        return
+    hi = min(g.rows, ctx.device.accumulators(g.cols, 2) // 2)
+    if hi < min(8, g.m):
+        return
+    rows = pick_rows(g.m, min(12, hi), hi, hi)
+    blocks, before = math.ceil(g.m / rows), math.ceil(g.m / g.rows)
+    if blocks > before and before < ROW_BLOCKS_CACHED:
+        return  # each row block reads all of B: more blocks would read weights streamed a few times more
+    if blocks * math.ceil(g.nb / 2) * batch < 2 * ctx.device.compute_units:
+        return  # too few work-items to share out
+    if block_cost(g.m, g.nb, rows, 2, per) < block_cost(g.m, g.nb, g.rows, 1, per):
+        g.rows, g.vcols = rows, 2
 
 
 DIRECT_A_MAX = 128 * 1024
@@ -493,6 +589,7 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
         g.a_mode, chosen = choose_a_mode(ctx, g, trans_a, math.prod(a_batch) * g.m * g.k)
     if g.a_mode == "rows" and "rows" not in ctx.schedule:
         g.rows = unaliased_rows(g)
+    pick_vcols(ctx, g, tail, math.prod(g.batch))
     if g.a_mode != "panel":
         g.a_batch_strides = aligned_strides(g.batch, a_batch, g.m * g.k)
         a_arg = "A itself"
@@ -518,14 +615,15 @@ def lower_contraction(ctx: Ctx, g: Gemm, *, a_batch: tuple[int, ...], trans_a: b
     nbatch = math.prod(g.batch)
     outs = tuple(f"out{j}" for j in range(max(1, len(tail.split))))
     args = ("tmp0" if scratch else "in0", "in1", *(f"in{i}" for i in range(2, n_in)), *outs)
-    nb = 1 if tail.rows else g.nb  # a row tail's work-item computes every column block of its rows
+    nb = 1 if tail.rows else g.nbw  # a row tail's work-item computes every column block of its rows
     local = int(ctx.schedule.get("local", 4))
     while "local" not in ctx.schedule and local > 1 and math.ceil(g.mb / local) * nb * nbatch < 16:
         local //= 2
     if local < 1:
         raise NotLowerable(f"'{ctx.op_name}' schedule local={local} must be positive")
     kernels.append(Kernel(src, (math.ceil(g.mb / local) * local, nb, nbatch), (local, 1, 1), args))
-    schedule = {"rows": g.rows, "cols": g.cols, **({"local": local} if local != 4 else {}),
+    schedule = {"rows": g.rows, "cols": g.cols, **({"vcols": g.vcols} if g.vcols > 1 else {}),
+                **({"local": local} if local != 4 else {}),
                 **({"pack_a": int(g.a_mode == "panel")} if chosen else {})}
     return Lowered(kernels, scratch, pack, schedule)
 
@@ -595,8 +693,9 @@ def lower_gemm(ctx: Ctx, epilogue: Epilogue | None = None, tail: Tail = NO_TAIL,
 # the schedule space (space.py): what tessel-tune may try ------------------------------------------------
 @space("matmul", "gemm")
 def gemm_space(ctx: Ctx, default: Lowered) -> Space | None:
-    """The rows of a work-item's block and its column width (their float<cols> accumulators must fit the
-    registers), the work-group size, and, for a non-constant A, whether it is packed first."""
+    """The rows of a work-item's block, its column width and its column vectors (their rows x vcols
+    float<cols> accumulators must fit the registers), the work-group size, and, for a non-constant A,
+    whether it is packed first."""
     chosen = default.schedule
     if "rows" not in chosen or not ctx.results or ctx.results[0].numel == 0:
         return None
@@ -609,19 +708,24 @@ def gemm_space(ctx: Ctx, default: Lowered) -> Space | None:
                   "work-item"),
              Knob("local", (1, 2, 4, 8), "work-items a work-group")]
     point: Point = {"rows": rows, "cols": cols, "local": local}
+    if "vcols" in chosen or math.ceil(n / cols) > 1:  # a split or row tail keeps one (no vcols chosen)
+        knobs.append(Knob("vcols", (1, 2, 3, 4), "column vectors a work-item"))
+        point["vcols"] = int(chosen.get("vcols", 1))
     if "pack_a" in chosen:
         knobs.append(Knob("pack_a", (0, 1), "A packed into row panels by a first kernel"))
         point["pack_a"] = int(chosen["pack_a"])
     blocks = math.prod(dims[:-2]) if len(dims) > 2 else 1
 
     def registers(p: Point) -> bool:
-        return p["rows"] <= min(24, ctx.device.accumulators_to_try(p["cols"]))
+        v = int(p.get("vcols", 1))
+        return p["rows"] * v <= min(24 * v, ctx.device.accumulators_to_try(p["cols"], v))
 
     def no_idle_columns(p: Point) -> bool:
         return math.ceil(n / p["cols"]) * p["cols"] < 2 * n or p["cols"] == cols
 
     def enough_groups(p: Point) -> bool:
-        groups = math.ceil(math.ceil(m / p["rows"]) / p["local"]) * math.ceil(n / p["cols"]) * blocks
+        panels = math.ceil(math.ceil(n / p["cols"]) / int(p.get("vcols", 1)))
+        groups = math.ceil(math.ceil(m / p["rows"]) / p["local"]) * panels * blocks
         return groups >= 2 * ctx.device.compute_units or p["local"] == 1
 
     return Space("gemm/1", knobs, point, [

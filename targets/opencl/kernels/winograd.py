@@ -34,7 +34,7 @@ from typing import Any
 
 from ....ir.ops.winograd import TRANSFORMS
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec
-from .gemm import Epilogue, Gemm, flit, gemm_source, pick_rows
+from .gemm import Epilogue, Gemm, flit, gemm_source, pick_rows, pick_vcols
 
 WINOGRAD_SCRATCH = 64 << 20
 """Bytes of V and M scratch past which the direct kernel stays (vgg19's 64-channel 224^2 convs, 58 MiB
@@ -54,8 +54,47 @@ batch-8 2^2 512->512: 1.66 ms against 0.65)."""
 
 
 def pick_tile(ctx: Ctx, geo: Any) -> int:
-    default = 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2
-    return int(ctx.schedule.get("tile", default))
+    return int(ctx.schedule.get("tile", cheapest(ctx, geo) or default_tile(geo)))
+
+
+def default_tile(geo: Any) -> int:
+    """The tile without the device's peaks (the generic device, or one never calibrated)."""
+    return 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2
+
+
+def direct_seconds(ctx: Ctx, geo: Any) -> float:
+    """The direct kernel's time on the device's roofline: its FLOPs at the SGEMM peak, or its weights at the
+    rate the micro-kernels stream weights, whichever is longer."""
+    d = ctx.device
+    flops = 2 * geo.n * geo.o * geo.c * geo.ho * geo.wo * 9
+    return max(flops / (d.peak_gflops * 1e9), 4 * geo.o * geo.c * 9 / (d.stream_gbps * 1e9))
+
+
+def winograd_seconds(ctx: Ctx, geo: Any, m: int) -> float:
+    """F(m x m, 3x3)'s time on the same roofline: the batched GEMM's FLOPs (tiles padded to the GEMM's
+    rows) or its transformed weights ((m+2)^2 / 9 times the direct kernel's bytes), plus the two transforms
+    writing and reading V and M at the copy bandwidth. Each transformed weight is used once per tile, so
+    on few tiles (a deep layer's 7x7 or 14x14 image) the GEMM waits on its weights: there the direct kernel
+    or the smaller tile wins, and by how much depends on the device's ratio of FLOPs to streamed bytes."""
+    d = ctx.device
+    a = m + 2
+    tp = math.ceil(tile_count(geo, m) / (rows := pick_gemm_rows(ctx, tile_count(geo, m)))) * rows
+    gemm = max(2 * a * a * tp * cpad(geo.c) * cpad(geo.o) / (d.peak_gflops * 1e9),
+               4 * a * a * cpad(geo.c) * cpad(geo.o) / (d.stream_gbps * 1e9))
+    return gemm + 2 * sum(scratch_bytes(geo, m, rows)) / (d.copy_gbps * 1e9)
+
+
+def cheapest(ctx: Ctx, geo: Any) -> int | None:
+    """The Winograd tile (2 or 4) the device's peaks predict fastest, 0 when the direct kernel is predicted
+    faster than both, None without peaks."""
+    d = ctx.device
+    if not (d.peak_gflops and d.stream_gbps and d.copy_gbps):
+        return None
+    # F(4x4) on fewer than MIN_TILES_4X4 tiles leaves the GEMM too few rows to hide the FMA latency
+    costs = {m: winograd_seconds(ctx, geo, m) for m in sorted(TRANSFORMS)
+             if m == 2 or tile_count(geo, m) >= MIN_TILES_4X4}
+    best = min(costs, key=costs.__getitem__)
+    return best if costs[best] < direct_seconds(ctx, geo) else 0
 
 
 def winograd_legal(ctx: Ctx, geo: Any, fused: bool) -> str:
@@ -103,7 +142,7 @@ def winograd_fits(ctx: Ctx, geo: Any, fused: bool) -> bool:
     flops = 2 * geo.n * geo.o * geo.c * geo.ho * geo.wo * 9
     rows = pick_gemm_rows(ctx, tile_count(geo, m))
     return (ctx.device.is_cpu and min(geo.c, geo.o) >= MIN_CHANNELS and flops >= MIN_FLOPS
-            and sum(scratch_bytes(geo, m, rows)) <= WINOGRAD_SCRATCH)
+            and sum(scratch_bytes(geo, m, rows)) <= WINOGRAD_SCRATCH and cheapest(ctx, geo) != 0)
 
 
 def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
@@ -116,22 +155,27 @@ def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
     rows = int(ctx.schedule.get("rows", pick_gemm_rows(ctx, tiles)))
     if not 1 <= rows <= 32:
         raise NotLowerable(f"'conv2d' schedule rows={rows}: 1 to 32 tiles a GEMM work-item")
-    tp = math.ceil(tiles / rows) * rows
     cp, op = cpad(geo.c), cpad(geo.o)
+    shape = Gemm((a * a,), (), (), tiles, cp, op, rows, 16, a_mode="rows")
+    pick_vcols(ctx, shape, batch=a * a)  # two columns of output channels a work-item where they pay
+    rows, vcols = shape.rows, shape.vcols
+    tp = math.ceil(tiles / rows) * rows
     has_bias = len(ctx.operands) > 2
     local = 4
     # the a^2 GEMMs M[xi] [tp, op] = V[xi] [tp, cp] x U[xi]: gemm.py's micro-kernel, V's rows read as they are
-    batched = Gemm((a * a,), (tp * cp,), (op * cp,), tp, cp, op, rows, 16, a_mode="rows")
+    batched = Gemm((a * a,), (tp * cp,), (op * cp,), tp, cp, op, rows, 16, a_mode="rows", vcols=vcols)
     kernels = [
         Kernel(input_source(geo, m, th, tw, tp), (math.ceil(tiles / local) * local, cp // 16), (local, 1),
                ("in0", "tmp0")),
-        Kernel(gemm_source(batched, a_arg="the transformed input"), (tp // rows, op // 16, a * a), (1, 1, 1),
-               ("tmp0", "in1", "tmp1")),
+        Kernel(gemm_source(batched, a_arg="the transformed input"), (tp // rows, batched.nbw, a * a),
+               (1, 1, 1), ("tmp0", "in1", "tmp1")),
         Kernel(output_source(geo, m, th, tw, tp, has_bias, epilogue),
                (math.ceil(tiles / local) * local, op // 16), (local, 1),
                ("tmp1", "in2", "out0") if has_bias else ("tmp1", "out0")),
     ]
     schedule: dict[str, Any] = {"winograd": 1, "tile": m, "rows": rows}
+    if vcols > 1:
+        schedule["vcols"] = vcols
     if geo.in_block or geo.out_block:
         schedule.update(in_block=geo.in_block, out_block=geo.out_block)
     # the profile's flops (the direct conv's) go to the GEMM, which shows the effective GFLOP/s
