@@ -67,6 +67,7 @@ def test_matmul_schedule_override() -> None:
     ((37, 20), (20, 100), {"vcols": 3}),  # M tail, 7 panels (the last partial) by threes
     ((2, 30, 12), (2, 12, 64), {"vcols": 4, "rows": 5}),  # batched
     ((64, 48), (48, 64), {"vcols": 2, "pack_a": 1}),  # A in panels
+    ((1, 100), (100, 200), {}),  # GEMV: four k-split accumulator sets of two columns each
 ])
 def test_matmul_several_columns_a_work_item(a, b, schedule) -> None:
     """`vcols` column panels a work-item: each A scalar loaded feeds vcols FMAs."""
