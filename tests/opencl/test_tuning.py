@@ -130,6 +130,22 @@ def test_a_depthwise_space_offers_the_separate_repack() -> None:
     assert "local_repack" not in separate.schedule and len(separate.kernels) == 2  # repack, then the conv
 
 
+def test_spaces_offer_column_vectors_and_keep_the_default_kernel() -> None:
+    """The gemm space tries 1-4 column vectors a work-item; the Winograd space's default point names the
+    default's columns, so the point measured as the default lowers to the default's kernel."""
+    import dataclasses
+
+    from tessel.targets.opencl.kernels.base import TEMPLATES
+
+    _, low, sp = _space("matmul", [T(1024, 256), T(256, 256)], {}, (False, True))
+    assert sp is not None and low.schedule["vcols"] == 2 and sp.default["vcols"] == 2
+    assert {sp.full(p)["vcols"] for p in sp.points()} >= {1, 3, 4}
+    ctx, low, sp = _space("conv2d", [T(1, 64, 56, 56), T(64, 64, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, True))
+    assert sp is not None and low.schedule["winograd"] == 1 and sp.default["vcols"] == low.schedule["vcols"]
+    again = TEMPLATES["conv2d"](dataclasses.replace(ctx, schedule=dict(sp.default)))
+    assert [k.source for k in again.kernels] == [k.source for k in low.kernels]
+
+
 def test_reject_names_the_broken_constraint() -> None:
     _, _, sp = _space("conv2d", [T(1, 32, 28, 28), T(64, 32, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, False))
     assert sp is not None
