@@ -140,7 +140,8 @@ def test_spaces_offer_column_vectors_and_keep_the_default_kernel() -> None:
     _, low, sp = _space("matmul", [T(1024, 256), T(256, 256)], {}, (False, True))
     assert sp is not None and low.schedule["vcols"] == 2 and sp.default["vcols"] == 2
     assert {sp.full(p)["vcols"] for p in sp.points()} >= {1, 3, 4}
-    ctx, low, sp = _space("conv2d", [T(1, 64, 56, 56), T(64, 64, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, True))
+    ctx, low, sp = _space("conv2d", [T(1, 64, 56, 56), T(64, 64, 3, 3)], {"pads": [1, 1, 1, 1]},
+                          (False, True))
     assert sp is not None and low.schedule["winograd"] == 1 and sp.default["vcols"] == low.schedule["vcols"]
     again = TEMPLATES["conv2d"](dataclasses.replace(ctx, schedule=dict(sp.default)))
     assert [k.source for k in again.kernels] == [k.source for k in low.kernels]
