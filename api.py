@@ -303,11 +303,10 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     from .targets.opencl.records import Tuning, read_records
 
     levels["optimized"] = _clone(module)
-    from .targets.opencl.profile import peaks_for
+    from .targets.opencl.profile import compile_info
 
     cl_device = dev.pick_device(device)
-    peaks = peaks_for(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
-    info = dev.device_info(cl_device, peaks)
+    info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
     lower_module(module, info, tuning=tuning)
     if shape_hints:

@@ -83,10 +83,9 @@ def device_for_codegen(spec: str) -> object:
     if spec == "generic":
         return dev.DeviceInfo.generic()
     try:
-        from ..targets.opencl.profile import peaks_for
+        from ..targets.opencl.profile import compile_info
 
-        d = dev.pick_device(spec)
-        return dev.device_info(d, peaks_for(d, lambda text: sys.stderr.write(f"tessel: {text}\n")))
+        return compile_info(dev.pick_device(spec), lambda text: sys.stderr.write(f"tessel: {text}\n"))
     except dev.NoOpenCL as e:
         raise fail(str(e)) from None
     except ValueError as e:

@@ -391,13 +391,12 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     from ..targets.opencl.checks import bounds_checked
     from ..targets.opencl.dynamic import executable
     from ..targets.opencl.lower import lower_module
-    from ..targets.opencl.profile import kernel_rows, peaks_for
+    from ..targets.opencl.profile import compile_info, kernel_rows, peaks_for
 
     dev = _opencl()
     d = _pick(dev, spec)
     if not lowered:  # the lowering's cost model reads the device's peaks (calibrated on its first use)
-        peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
-        info = dev.device_info(d, peaks)
+        info = compile_info(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
     t0 = time.perf_counter()
     if not lowered:
         lower_module(module, info, None, schedule, check_bounds=check_bounds)

@@ -101,6 +101,12 @@ def peaks_for(device: Any, say: Any = None) -> Peaks:
     return peaks
 
 
+def compile_info(device: Any, say: Any = None) -> Any:
+    """The DeviceInfo to compile for `device`: what it reports, with its peaks (calibrated now on its first
+    use, `say` told), which the lowering's cost model reads (kernels/winograd.py)."""
+    return dev.device_info(device, peaks_for(device, say))
+
+
 def _module(body: str, args: str, result: str) -> Any:
     return parse_module(
         f"module @calibrate {{\n  func @main({args}) -> {result} {{\n{body}\n  }}\n}}\n", "<calibrate>"
