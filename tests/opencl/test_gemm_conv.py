@@ -215,14 +215,14 @@ def test_conv2d_planar_stem() -> None:
 
 
 @pytest.mark.parametrize("c, o, g, hw, schedule, planar", [
-    (68, 68, 4, (7, 8), {}, True),  # shufflenet-like: 17 channels a group, one block of 17 planes
-    (48, 96, 4, (6, 14), {}, True),  # 12 channels a group
+    (68, 68, 4, (7, 8), {"pointwise": 0}, True),  # shufflenet-like: 17 channels a group, 17 planes a block
+    (48, 96, 4, (6, 14), {"pointwise": 0}, True),  # 12 channels a group
     (48, 96, 4, (6, 14), {"cin_block": 8}, False),  # 8 does not divide 12: a block would cross groups
-    (58, 58, 2, (7, 7), {}, False),  # 29 channels a group: no divisor of 4..24, repacked
+    (58, 58, 2, (7, 7), {"pointwise": 0}, False),  # 29 channels a group: no divisor of 4..24, repacked
 ])
 def test_grouped_conv_reads_planes_in_place(c, o, g, hw, schedule, planar) -> None:
     """Unpadded grouped convs on an NCHW input read it plane by plane, blocks of channels dividing a
-    group, when their tiles divide the output."""
+    group, when their tiles divide the output (the direct kernel: 1x1 convs default to the pixel GEMM)."""
     ins, attrs = conv_case(1, c, o, hw, 1, g=g)
     check_op("conv2d", ins, attrs, schedule=schedule, **TOL)
     low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs, schedule=schedule)[1]
@@ -391,10 +391,12 @@ def test_epilogue_with_a_as_is() -> None:
 ])
 def test_grouped_conv_computes_whole_groups(c, o, g, hw, k, p, vcols) -> None:
     """A grouped conv of 2..6 columns a group gives each work-item all of its group's columns (each input
-    value loaded once for all of them), unless no such tile divides an output it could read in place."""
+    value loaded once for all of them), unless no such tile divides an output it could read in place (the
+    direct kernel)."""
     ins, attrs = conv_case(1, c, o, hw, k, p=p, g=g)
-    check_op("conv2d", ins, attrs, **TOL)
-    low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs)[1]
+    direct = {"pointwise": 0} if k == 1 else {}
+    check_op("conv2d", ins, attrs, schedule=direct, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in ins], attrs, schedule=direct)[1]
     assert low.schedule.get("vcols", 1) == vcols
 
 
@@ -405,9 +407,10 @@ def test_grouped_conv_computes_whole_groups(c, o, g, hw, k, p, vcols) -> None:
     (conv_case(1, 16, 64, 9, 3, p=1), 16, 2),
 ])
 def test_dense_conv_columns(case, cols, vcols) -> None:
-    """Dense convs take two 16-wide output-channel columns a work-item, or three when that pads less."""
-    check_op("conv2d", *case, **TOL)
-    low = lower_op("conv2d", [TensorType.of(a) for a in case[0]], case[1])[1]
+    """Dense convs take two 16-wide output-channel columns a work-item, or three when that pads less (the
+    direct kernel)."""
+    check_op("conv2d", *case, schedule={"pointwise": 0}, **TOL)
+    low = lower_op("conv2d", [TensorType.of(a) for a in case[0]], case[1], schedule={"pointwise": 0})[1]
     assert (low.schedule["cols"], low.schedule["vcols"]) == (cols, vcols)
 
 
@@ -432,12 +435,13 @@ def test_avx2_gemm_takes_the_6x16_tile(m: int, k: int, n: int, rows: int) -> Non
 @pytest.mark.parametrize("case", [conv_case(1, 64, 64, 14, 3), conv_case(1, 32, 48, 13, 1),
                                   conv_case(1, 16, 16, (16, 16), 1, s=2)])
 def test_avx2_dense_conv_tiles_fit_the_registers(case) -> None:  # noqa: ANN001
-    """Dense convs on AVX2: one 16-wide column, at most 6 pixels (12 of the 16 registers); correct."""
+    """Dense convs on AVX2 (the direct kernel): one 16-wide column, at most 6 pixels (12 of the 16
+    registers); correct."""
     types = [TensorType.of(a) for a in case[0]]
-    low = lower_op("conv2d", types, case[1], info=AVX2)[1]
+    low = lower_op("conv2d", types, case[1], info=AVX2, schedule={"pointwise": 0})[1]
     assert low.schedule.get("vcols", 1) == 1
     assert low.schedule["tile_h"] * low.schedule["tile_w"] <= 6
-    check_op("conv2d", *case, info=AVX2, **TOL)
+    check_op("conv2d", *case, info=AVX2, schedule={"pointwise": 0}, **TOL)
 
 
 @pytest.mark.parametrize("case", [conv_case(1, 32, 32, 20, 3, p=1, g=32),
@@ -467,9 +471,9 @@ def test_avx2_grouped_conv_tiles_count_eight_lane_columns() -> None:
     each, so its tile holds up to 14 pixels (accumulators(8)), not the 6 of 16-lane columns; correct."""
     case = conv_case(1, 544, 544, 14, 1, g=4)
     types = [TensorType.of(a) for a in case[0]]
-    low = lower_for("conv2d", types, case[1], info=AVX2)[1]
+    low = lower_for("conv2d", types, case[1], info=AVX2, schedule={"pointwise": 0})[1]
     assert low.schedule["cols"] == 8 and 7 <= low.schedule["tile_h"] * low.schedule["tile_w"] <= 14
-    check_op("conv2d", *case, info=AVX2, **TOL)
+    check_op("conv2d", *case, info=AVX2, schedule={"pointwise": 0}, **TOL)
 
 
 @pytest.mark.parametrize(("local_kib", "most_rows"), [(1024, 20), (256, 10)])

@@ -65,6 +65,7 @@ SPACE_CASES = [
     ("conv2d", [T(1, 32, 28, 28), T(64, 32, 3, 3)], {"pads": [1, 1, 1, 1]}, (False, False)),  # direct
     ("conv2d", [T(1, 3, 64, 64), T(16, 3, 7, 7)], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, (False, True)),
     ("conv2d", [T(1, 32, 20, 20), T(32, 1, 3, 3)], {"pads": [1, 1, 1, 1], "groups": 32}, (False, True)),
+    ("conv2d", [T(1, 64, 14, 14), T(64, 16, 1, 1)], {"groups": 4}, (False, True)),  # pointwise: a pixel GEMM
     ("matmul", [T(2, 64, 128), T(128, 384)], {}, (False, True)),
     ("matmul", [T(2, 64, 128), T(2, 128, 64)], {}, (False, False)),
     ("gemm", [T(8, 256), T(128, 256)], {"trans_b": 1}, (False, True)),
@@ -105,7 +106,8 @@ def test_spaces_reach_past_a_small_register_model() -> None:
     avx2 = DeviceInfo(vector_width=8, vector_registers=16)
     assert avx2.accumulators(16) == 6 and avx2.accumulators_to_try(16) == 30
     assert GENERIC.accumulators_to_try(16) == GENERIC.accumulators(16) == 30
-    _, low, sp = _space("conv2d", [T(1, 64, 28, 28), T(64, 64, 1, 1)], {}, (False, True), avx2)
+    _, low, sp = _space("conv2d", [T(1, 64, 28, 28), T(64, 64, 1, 1)], {"strides": [2, 2]}, (False, True),
+                        avx2)  # strided: the direct kernel (unstrided 1x1 convs are pixel GEMMs)
     assert sp is not None and low.schedule["tile_h"] * low.schedule["tile_w"] <= 6
     assert max(sp.full(p)["tile_h"] * sp.full(p)["tile_w"] for p in sp.points()) > 12
     assert sp.reject({"tile_h": 4, "tile_w": 4}) is None

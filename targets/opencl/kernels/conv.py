@@ -43,8 +43,9 @@ blocked output is stored a vector per pixel (its lanes are consecutive), the epi
 flat index; its channel padding is zeroed by a small extra kernel.
 
 The template's pieces: conv_geometry.py (sizes, tiles, the pick_* heuristics, storing a tile),
-conv_repack.py (the input repacks), conv_dense.py and conv_depthwise.py (the direct kernels) and
-winograd.py (3x3 stride-1 convs by Winograd transforms); this module holds the template, `lower_conv2d`
+conv_repack.py (the input repacks), conv_dense.py and conv_depthwise.py (the direct kernels),
+winograd.py (3x3 stride-1 convs by Winograd transforms) and conv_pointwise.py (1x1 stride-1 convs on NCHW
+in and out as GEMMs over the pixels); this module holds the template, `lower_conv2d`
 (the choice among them) and the schedule space.
 """
 
@@ -77,6 +78,7 @@ from .conv_geometry import (
     planar_block,
     tile_override,
 )
+from .conv_pointwise import lower_pointwise, pointwise_fits, pointwise_legal
 from .conv_repack import repack_blocked, repack_input, zero_channel_tail
 from .gemm import Epilogue, check_float32, pick_cols
 from .winograd import lower_winograd, winograd_fits
@@ -109,6 +111,8 @@ def lower_conv2d(ctx: Ctx, epilogue: Epilogue | None = None, *, in_block: int = 
     geo.in_block, geo.out_block, geo.up, geo.scale = in_block, out_block, upsample, in_scale
     if winograd_fits(ctx, geo, fused=bool(upsample or in_scale or expand or channel_map)):
         return lower_winograd(ctx, geo, epilogue)  # 3x3 stride 1: 16 multiplications a tile, not 36
+    if pointwise_fits(ctx, geo, fused=bool(expand or channel_map)):
+        return lower_pointwise(ctx, geo, epilogue)  # 1x1 on NCHW: a GEMM over pixel vectors
     has_bias = len(ctx.operands) > 2
     nc = int(ctx.schedule.get("vcols", pick_vcols(geo, pixel_cap(ctx))))
     asked = int(ctx.schedule.get("tile_h", 1)) * int(ctx.schedule.get("tile_w", 1))
@@ -258,6 +262,8 @@ TILE_SIDES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 @space("conv2d")
 def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
     """Winograd convs: the tile (F(2x2) or F(4x4)) and the GEMM's rows, or the direct kernel instead.
+    Pointwise convs (a GEMM over pixels): the output channels and pixel vectors a work-item, the work-group
+    size, or the direct kernel instead.
     Direct dense convs: the output tile (tile_h x tile_w pixels), the columns a work-item (vcols, dense
     convs only) and their width (cols), the input channels a block (cin_block); the accumulators
     (pixels x columns x lanes) must fit the registers (DeviceInfo.accumulators_to_try). Depthwise convs:
@@ -294,6 +300,16 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
             [Constraint(f"Winograd scratch at most {WINOGRAD_SCRATCH >> 20} MiB", fits),
              Constraint("two columns of rows accumulators within the registers", registers)],
             extra=[{"winograd": 0}])
+    if chosen.get("pointwise"):
+        return Space("conv2d/1", [
+            Knob("rows", around(int(chosen["rows"]), 1, min(32, geo.og), (2, 4, 6, 7, 8, 10, 12, 14, 16)),
+                 "output channels a work-item"),
+            Knob("vcols", (1, 2, 3, 4), "16-pixel vectors a work-item"),
+            Knob("local", (1, 2, 4, 8), "work-items a work-group"),
+        ], {"rows": chosen["rows"], "vcols": chosen["vcols"], "local": _default_local(default)},
+            [Constraint("rows x vcols accumulators within the registers",
+                        lambda p: p["rows"] * p["vcols"] <= ctx.device.accumulators_to_try(16, p["vcols"]))],
+            extra=[{"pointwise": 0}])
     if "tile_h" not in chosen:
         return None  # an empty result, or a kernel with no tile
     th, tw = int(chosen["tile_h"]), int(chosen["tile_w"])
@@ -306,6 +322,9 @@ def conv2d_space(ctx: Ctx, default: Lowered) -> Space | None:
         m = pick_tile(ctx, geo)  # the tile Winograd's own default picks
         if sum(scratch_bytes(geo, m, pick_gemm_rows(ctx, tile_count(geo, m)))) <= WINOGRAD_SCRATCH:
             extra.append({"winograd": 1})
+    if not depthwise and not fused and not chosen.get("in_block") and not chosen.get("out_block") and (
+            not pointwise_legal(geo)):
+        extra.append({"pointwise": 1})  # a direct kernel kept by a record's keys: the pixel GEMM too
     if depthwise:
         knobs = [Knob("tile_h", sides_h), Knob("tile_w", sides_w)]
         point = {"tile_h": th, "tile_w": tw}
