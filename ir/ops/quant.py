@@ -185,12 +185,18 @@ def _qconv_infer(sig: Sig) -> list[TensorType]:
 
 def _requantize(sig: Sig, acc: np.ndarray, scale: np.ndarray, yz: np.ndarray, axis: int,
                 bias: np.ndarray | None) -> np.ndarray:
-    s = np.asarray(scale, np.float64)
+    """saturate(rint(float32(acc + bias) * scale) + y_zero_point) within [min, max]: the product in float32
+    and the zero point added after rounding, as onnxruntime requantizes (MLAS), so integer convs and
+    matmuls match its QLinearConv / QGemm to the bit (rounding (acc * scale + zp) in float64 instead
+    differs on ties, whose parity the zero point changes, and where float32 rounds a product onto one)."""
+    s = np.asarray(scale, np.float32)
+    acc = np.asarray(acc, np.int64)
     if bias is not None:
-        acc = acc + np.asarray(bias, np.float64).reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
+        acc = acc + np.asarray(bias, np.int64).reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
     if s.ndim:
         s = s.reshape([-1] + [1] * (acc.ndim - 1 - axis % acc.ndim))
-    return saturate(acc * s + float(yz), sig.operands[5].dtype, sig["min"], sig["max"])
+    r = np.rint(acc.astype(np.float32) * s).astype(np.float64)
+    return saturate(r + float(yz), sig.operands[5].dtype, sig["min"], sig["max"])
 
 
 register(OpDef(
@@ -199,7 +205,7 @@ register(OpDef(
     reference=lambda sig, x, w, xz, wz, s, yz, b=None: _requantize(sig, _conv_acc(sig, x, w, xz, wz), s, yz,
                                                                    1, b),
     attrs={**CONV_ATTRS, **BOUNDS}, cost=_conv_cost,
-    doc="conv2d_integer plus the i32 bias, requantized: saturate(round(acc * scale + y_zero_point)) "
+    doc="conv2d_integer plus the i32 bias, requantized: saturate(round(float32(acc) * scale) + y_zero_point) "
         "within [min, max] (ONNX QLinearConv, with a fused ReLU or Clip as the bounds).",
 ))
 

@@ -41,6 +41,32 @@ def float_cnn(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+BLOCK_INPUT = (1, 16, 14, 14)
+
+
+def float_inverted_residual(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2's inverted residual: 1x1 expansion + ReLU6, depthwise 3x3 + ReLU6, 1x1 projection, the
+    residual add; then a strided 1x1 conv. Its unpadded stride-1 1x1 convs read the input as it lies."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "we", [64, 16, 1, 1], 0.3), _init(rng, "be", [64], 0.1),
+             _init(rng, "wd", [64, 1, 3, 3], 0.3), _init(rng, "bd", [64], 0.1),
+             _init(rng, "wp", [16, 64, 1, 1], 0.15), _init(rng, "bp", [16], 0.1),
+             _init(rng, "ws", [24, 16, 1, 1], 0.3), _init(rng, "bs", [24], 0.1),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "we", "be"], ["e"]), node("Clip", ["e", "lo", "hi"], ["e6"]),
+             node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=64),
+             node("Clip", ["d", "lo", "hi"], ["d6"]), node("Conv", ["d6", "wp", "bp"], ["p"]),
+             node("Add", ["p", "x"], ["r"]), node("Conv", ["r", "ws", "bs"], ["y"], strides=[2, 2])]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, BLOCK_INPUT)],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 7, 7])])
+    model = helper.make_model(helper.make_graph(nodes, "block", *io, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def float_mlp(seed: int = 0) -> onnx.ModelProto:
     """Two MatMul + Add layers with a Relu between, on [batch, tokens, features]."""
     rng = np.random.default_rng(seed)

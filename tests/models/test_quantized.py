@@ -15,7 +15,17 @@ import numpy as np
 import onnx
 import pytest
 
-from .quantized import CNN_INPUT, LSTM_INPUT, MLP_INPUT, float_cnn, float_lstm, float_mlp, quantize
+from .quantized import (
+    BLOCK_INPUT,
+    CNN_INPUT,
+    LSTM_INPUT,
+    MLP_INPUT,
+    float_cnn,
+    float_inverted_residual,
+    float_lstm,
+    float_mlp,
+    quantize,
+)
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
@@ -71,6 +81,32 @@ def test_quantized_cnn_runs_integer_contractions(tmp_path: Path) -> None:
         names = [op.name for op in module.walk()]
         assert names.count("qconv2d") == 3 and names.count("qmatmul") == 1, how
         assert "conv2d" not in names and "gemm" not in names, how
+
+
+def test_quantized_inverted_residual_compiles_and_matches_onnxruntime(tmp_path: Path) -> None:
+    """A MobileNetV2 block quantized to QDQ: its stride-1 1x1 qconv2d read x as it lies (one kernel, no
+    repack), which once named a profile kernel past its one kernel and failed the lowered module's
+    verifier. Compiled the way `tessel compile` does (verified after lowering), run, within one step."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.verifier import verify_or_raise
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import O_LEVELS, parse_pipeline
+    from tessel.targets.opencl.kernels.base import DeviceInfo
+    from tessel.targets.opencl.lower import lower_module
+
+    model = quantize(float_inverted_residual(), "qdq", tmp_path, BLOCK_INPUT)
+    module = import_model(model.SerializeToString(), "block.onnx")
+    PassManager(parse_pipeline(O_LEVELS[2])).run(module)
+    assert sum(op.name == "qconv2d" for op in module.walk()) == 4
+    lower_module(module, DeviceInfo.generic())
+    verify_or_raise(module)
+    if not _opencl():
+        return
+    step = _output_step(model)
+    for seed in range(2):
+        x = np.random.default_rng(20 + seed).standard_normal(BLOCK_INPUT).astype(np.float32)
+        want, got = _ort(model, x), _run(model, x, "opencl")
+        assert np.abs(got - want).max() <= step * 1.001, f"seed {seed}: more than one step apart"
 
 
 @pytest.mark.parametrize("target", ["numpy", "opencl"])
