@@ -14,8 +14,12 @@ a `dequantize` of its 8-bit inputs and a `quantize` of its output. This pass rew
 - data movement: y = P(dequantize(x, s, z)) quantized with the same s and z, for P a reshape or a
   transpose, becomes P(x) on the integers.
 - quantize(dequantize(x, s, z), s, z) is x.
+- a residual add, quantize(dequantize(a) + dequantize(b)) with per-tensor parameters and one 8-bit type,
+  becomes `qadd(a, b)`: float32 fmas from the integers as onnxruntime's QLinearAdd computes it, so a QDQ
+  model's residual adds match onnxruntime's to the bit (the float chain, dequantize / add / quantize,
+  differs from it on a few elements in ten thousand, which a deep network grows into whole steps).
 
-Elementwise ops between dequantize and quantize (a residual `add`, a sigmoid) stay in float: `fuse` makes
+Other elementwise ops between dequantize and quantize (a sigmoid, a mul) stay in float: `fuse` makes
 each such chain one kernel that reads and writes 8-bit values; they, and other ops that stay in float
 there (a max pool), get a missed remark `float-op`. A `quantize` of a conv2d, matmul or gemm the pass
 cannot fold gets a missed remark (category `quantization`) saying why: `not-dequantized` (an operand does
@@ -31,6 +35,7 @@ and -O3 begin with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +113,8 @@ class Folder:
             return self.identity(q, out, p, rw)
         if p.name in MOVEMENT:
             return self.movement(q, out, p, rw)
+        if p.name == "add" and self.add(q, out, p, rw):
+            return True
         lo, hi, contraction = self.bounds(p, out)
         if contraction is None or contraction.name not in CONTRACTIONS:
             self.float_op(p)
@@ -145,6 +152,28 @@ class Folder:
         rw.replace_op(q, [new.result])
         self.owner.stat("num-integer-movement")
         self.ctx.remark_passed("quantization", "integer", [p], f"'{p.name}' runs on the 8-bit values")
+        return True
+
+    def add(self, q: Op, out: Quant, p: Op, rw: Rewriter) -> bool:
+        """quantize(dequantize(a) + dequantize(b)) with per-tensor parameters and one 8-bit type throughout:
+        a `qadd` on the integers (onnxruntime's QLinearAdd arithmetic)."""
+        a, b = (self.params(v.op, "dequantize") for v in p.operands)
+        if isinstance(a, Refusal) or isinstance(b, Refusal) or len(p.result.uses) != 1:
+            return False
+        dtype = out.zp_value.type.dtype
+        if not (a.per_tensor and b.per_tensor) or {a.value.type.dtype, b.value.type.dtype} != {dtype}:
+            return False
+        attrs: dict[str, Any] = {"a_scale": float(np.float32(a.scale.reshape(-1)[0])),
+                 "a_zero_point": int(a.zero_point.reshape(-1)[0]),
+                 "b_scale": float(np.float32(b.scale.reshape(-1)[0])),
+                 "b_zero_point": int(b.zero_point.reshape(-1)[0]),
+                 "scale": float(np.float32(out.scale.reshape(-1)[0])),
+                 "zero_point": int(out.zero_point.reshape(-1)[0])}
+        new = rw.create(q, "qadd", [a.value, b.value], [q.result.type], attrs, fuse_locs(p.loc, q.loc))
+        new.result.name = q.result.name
+        rw.replace_op(q, [new.result])
+        self.owner.stat("num-integer-adds")
+        self.ctx.remark_passed("quantization", "integer", [p], "'add' runs on the 8-bit values as qadd")
         return True
 
     def bounds(self, p: Op, out: Quant) -> tuple[int, int, Op | None]:
@@ -273,6 +302,7 @@ class FoldQdq(Pass):
         "num-folded": "Number of contractions turned into qconv2d / qmatmul",
         "num-integer-movement": "Number of reshapes and transposes moved onto 8-bit values",
         "num-identities": "Number of quantize(dequantize(x)) with the same parameters removed",
+        "num-integer-adds": "Number of quantized adds made qadd",
         "num-missed": "Number of quantized contractions left in float",
     }
 

@@ -107,6 +107,53 @@ register(OpDef(
 ))
 
 
+# the quantized add ----------------------------------------------------------------------------------------
+def _qadd_infer(sig: Sig) -> list[TensorType]:
+    a, b = sig.operands
+    check(a.dtype in EIGHT_BIT and b.dtype == a.dtype,
+          f"qadd takes two i8 or two ui8 tensors, got {a} and {b}")
+    for k in ("a_zero_point", "b_zero_point", "zero_point"):
+        lo, hi = int_range(a.dtype)
+        check(lo <= sig[k] <= hi, f"{k} {sig[k]} is outside {a.dtype}")
+    for k in ("a_scale", "b_scale", "scale"):
+        check(np.isfinite(sig[k]) and sig[k] > 0, f"{k} must be positive and finite, got {sig[k]}")
+    return [TensorType(broadcast_shapes(a.shape, b.shape), a.dtype)]
+
+
+def qadd_constants(sig: Sig) -> tuple[np.float32, np.float32, np.float32]:
+    """(a_scale / scale, b_scale / scale, zero_point - (those ratios times the input zero points)) in
+    float32, as onnxruntime's QLinearAdd (MLAS) derives them."""
+    f = np.float32
+    rac, rbc = f(f(sig["a_scale"]) / f(sig["scale"])), f(f(sig["b_scale"]) / f(sig["scale"]))
+    fixed = f(f(sig["zero_point"]) - f(f(rac * f(sig["a_zero_point"])) + f(rbc * f(sig["b_zero_point"]))))
+    return rac, rbc, fixed
+
+
+def _fma32(x: np.ndarray, y: np.float32, z: np.ndarray) -> np.ndarray:
+    """float32 fma(x, y, z): the product is exact in float64, the sum rounded to float64 then to float32
+    (a double rounding that differs from one rounding only when the float64 sum lands exactly halfway
+    between two float32 values, about once in 2^29)."""
+    return (x.astype(np.float64) * np.float64(y) + z.astype(np.float64)).astype(np.float32)
+
+
+def _qadd_ref(sig: Sig, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    rac, rbc, fixed = qadd_constants(sig)
+    a32, b32 = np.asarray(a).astype(np.float32), np.asarray(b).astype(np.float32)
+    v = _fma32(b32, rbc, _fma32(a32, rac, np.broadcast_to(fixed, a32.shape)))
+    return saturate(v.astype(np.float64), sig.operands[0].dtype)
+
+
+register(OpDef(
+    "qadd", ("a", "b"), infer=_qadd_infer, reference=_qadd_ref, traits=ELEMENTWISE, cost=elementwise_cost(4),
+    attrs={"a_scale": attr("float"), "a_zero_point": attr("int"), "b_scale": attr("float"),
+           "b_zero_point": attr("int"), "scale": attr("float"), "zero_point": attr("int")},
+    doc="quantize(dequantize(a) + dequantize(b)) with per-tensor parameters, as onnxruntime's QLinearAdd "
+        "computes it: saturate(round_half_even(fma(b, b_scale / scale, fma(a, a_scale / scale, zero_point - "
+        "a_zero_point * a_scale / scale - b_zero_point * b_scale / scale)))) in float32 (fold-qdq makes it "
+        "of a QDQ residual add); a and b broadcast.",
+))
+
+
 # the integer contractions ---------------------------------------------------------------------------------
 def _zero_point(t: TensorType, channels: int | None, what: str) -> None:
     check(t.rank == 0 or (t.rank == 1 and channels is not None and t.dims[0] in (1, channels)),

@@ -389,3 +389,50 @@ def test_dequantize_per_axis(dtype: str) -> None:
     scale = np.array([0.0123, 0.25, 3.7e-3], np.float32).reshape(1, 3, 1, 1)
     zp = ((0 if dtype == "i8" else 128) + np.array([0, -9, 17])).astype(NP[dtype]).reshape(1, 3, 1, 1)
     check_op("dequantize", [x, scale, zp], rtol=0, atol=0)
+
+
+# qadd: onnxruntime's QLinearAdd to the bit ----------------------------------------------------------------
+def ort_qlinear_add(a: np.ndarray, b: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """onnxruntime's com.microsoft QLinearAdd on a and b with `attrs`' scales and zero points."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    et = TensorProto.UINT8 if a.dtype == np.uint8 else TensorProto.INT8
+    inits = [numpy_helper.from_array(np.array(attrs[k], np.float32), k)
+             for k in ("a_scale", "b_scale", "scale")]
+    inits += [numpy_helper.from_array(np.array(attrs[k], a.dtype), k)
+              for k in ("a_zero_point", "b_zero_point", "zero_point")]
+    names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "scale", "zero_point"]
+    node = helper.make_node("QLinearAdd", names, ["y"], domain="com.microsoft")
+    out = np.broadcast_shapes(a.shape, b.shape)
+    graph = helper.make_graph([node], "qadd", [helper.make_tensor_value_info("a", et, a.shape),
+                                               helper.make_tensor_value_info("b", et, b.shape)],
+                              [helper.make_tensor_value_info("y", et, out)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"a": a, "b": b})[0]
+
+
+@pytest.mark.parametrize("dtype, a_shape, b_shape", [
+    ("ui8", (2, 24, 9, 11), (2, 24, 9, 11)),  # a residual add
+    ("ui8", (1, 8, 5, 7), (1, 8, 1, 1)),  # broadcast
+    ("i8", (3, 70), (3, 70)),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_qadd_is_onnxruntimes_qlinear_add(dtype: str, a_shape: tuple, b_shape: tuple, seed: int) -> None:
+    """qadd's reference and its OpenCL kernel give onnxruntime's QLinearAdd to the bit on random 8-bit
+    tensors and scales (float32 fmas from the integers; the float dequantize / add / quantize chain
+    differs from it on a few elements)."""
+    rng = rng_for("qadd", dtype, a_shape, b_shape, seed)
+    a, b = ints(rng, a_shape, dtype), ints(rng, b_shape, dtype)
+    zlo, zhi = (90, 160) if dtype == "ui8" else (-30, 30)
+    def scale(lo: float, hi: float) -> float:
+        return float(np.float32(rng.uniform(lo, hi)))
+
+    attrs = {"a_scale": scale(0.01, 0.1), "a_zero_point": int(rng.integers(zlo, zhi)),
+             "b_scale": scale(0.01, 0.1), "b_zero_point": int(rng.integers(zlo, zhi)),
+             "scale": scale(0.02, 0.15), "zero_point": int(rng.integers(zlo, zhi))}
+    want = ort_qlinear_add(a, b, attrs)
+    np.testing.assert_array_equal(reference("qadd", [a, b], attrs), want)
+    check_op("qadd", [a, b], attrs)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ....ir.ops.quant import qadd_constants
 from ....ir.ops.registry import Sig
 from ....ir.types import UNSIGNED_TYPES, float_max, int_range
 from .base import (
@@ -184,6 +185,15 @@ def _quantize_params(sig: Sig) -> dict[str, str | float]:
     return {"q": f"clamp((int)((uint){i} + (uint)(int){{c}}), {lo}, {hi})"}
 
 
+def _qadd_params(sig: Sig) -> dict[str, str | float]:
+    """qadd as its reference (onnxruntime's QLinearAdd): two float32 fmas from the integers, rounded half
+    to even and clamped to the type; the constants exact (hexadecimal float32 literals)."""
+    rac, rbc, fixed = (f"{float(v).hex()}f" for v in qadd_constants(sig))
+    lo, hi = int_range(sig.operands[0].dtype)
+    v = f"fma((float){{b}}, {rbc}, fma((float){{a}}, {rac}, {fixed}))"
+    return {"q": f"(int)clamp(rint({v}), {float(lo)!r}f, {float(hi)!r}f)"}
+
+
 _INT_DIV = "(({b} == {0} | {b} == {-1}) ? {1} : {b})"  # a divisor that cannot trap; the guarded cases:
 
 RULES: dict[str, Rule] = {
@@ -243,6 +253,7 @@ RULES: dict[str, Rule] = {
     # quantization: the zero point (last operand) picks the kind; dequantize computes in float
     "quantize": Rule(i="{q}", vec="", params=_quantize_params),
     "dequantize": Rule(i="(((float){a} - (float){c}) * (float){b})", vec=""),
+    "qadd": Rule(i="{q}", vec="", params=_qadd_params),
     # integer bit operations
     "bitwise_and": Rule(i="{a} & {b}"),
     "bitwise_or": Rule(i="{a} | {b}"),
