@@ -15,11 +15,15 @@ ALGEBRAIC = ("fold-batchnorm,fold-pad,decompose-conv-transpose,cancel-transposes
              "unflatten-gemm,merge-sibling-matmuls")
 LAYOUT = "propagate-layout{layout=nchwc}"
 
+HALF = "emulate-f16{types=f16+bf16,intermediates=f32}"
+"""f16 / bf16 models compute in f32 between their half edges (emulate-f16's docstring), so they fuse as
+their f32 originals do."""
 O_LEVELS: dict[int, str] = {
     0: "",
     1: CLEANUP,
-    2: f"fold-qdq,{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
-    3: f"fold-qdq,{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse{{recompute=true}},dce",
+    2: f"fold-qdq,{HALF},{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
+    3: f"fold-qdq,{HALF},{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},"
+       "fuse{recompute=true},dce",
 }
 """-O1 cleans up; -O2 (what `tessel compile` runs) first turns quantized contractions into integer ops
 (fold-qdq, before fold-constants folds a dequantize of constant weights), then adds pattern

@@ -80,6 +80,7 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
     except (OSError, ValueError, onnx.checker.ValidationError) as e:
         first = str(e).strip().split("\n")[0]
         raise _err(f"'{filename}': cannot load external data: {first}") from None
+    sort_nodes(model.graph)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -94,6 +95,47 @@ def load(data: bytes, filename: str) -> onnx.ModelProto:
         raise _err(f"'{filename}' imports ONNX opset {default_opset(model)}, but the newest opset this "
                    f"onnx package ({onnx.__version__}) knows is {newest}")
     return model
+
+
+def sort_nodes(graph: onnx.GraphProto) -> None:
+    """Put the graph's nodes in an order where each comes after the producers of its inputs, when they
+    are not (onnxruntime's convert_float_to_float16 with keep_io_types appends the input casts at the end;
+    onnxruntime runs such graphs, onnx.checker refuses them). Stable: a sorted graph keeps its order, and a
+    node whose inputs no node and no graph input or initializer gives (a cycle, a typo) stays where it is
+    for the checker to name."""
+    nodes = list(graph.node)
+    known = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    known |= {i.name for i in graph.sparse_initializer}
+    made = {o for n in nodes for o in n.output}
+    order: list[onnx.NodeProto] = []
+    pending = nodes
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i in known or i not in made for i in _uses(n)):
+                order.append(n)
+                known.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):  # a cycle: leave the rest as it was
+            order += rest
+            break
+        pending = rest
+    if [id(n) for n in order] != [id(n) for n in nodes]:
+        sorted_nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in order]
+        del graph.node[:]
+        graph.node.extend(sorted_nodes)
+
+
+def _uses(node: onnx.NodeProto) -> list[str]:
+    """The names a node reads: its inputs and, for control flow, every input of its subgraphs' nodes (an
+    over-approximation of the outer values they capture)."""
+    names = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in g.node:
+                names += _uses(n)
+    return names
 
 
 def default_opset(model: onnx.ModelProto) -> int:

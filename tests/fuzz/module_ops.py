@@ -23,8 +23,8 @@ MAKERS: dict[str, Maker] = {}
 INTS = ("i32", "i64")
 _MADE_BY_PASSES = "made by passes and the lowering, not found in a graph-level module"
 _RECURRENT = "a recurrence or detection op no pass rewrites, with many coupled operand shapes"
-_QOPS = ("fold-qdq makes it from the dequantize -> conv2d / matmul -> quantize chains the `quantize` maker "
-         "writes")
+_QOPS = ("fold-qdq makes it from the dequantize -> conv2d / matmul / add -> quantize chains the `quantize` "
+         "maker writes")
 _SIZES = ("sizes of symbolic dims: the modules are static; the graph fuzzer's +dyn runs import them "
           "(property.dynamic_copy)")
 _CONTROL = ("control flow with regions: tests/models/test_dynamic.py and the lit files; the module builder "
@@ -38,7 +38,7 @@ NO_MAKER: dict[str, str] = {
     "lstm_scan": _RECURRENT, "qlstm_scan": _RECURRENT, "gru_scan": _RECURRENT, "rnn_scan": _RECURRENT,
     "linear_attention": _RECURRENT,
     "roi_align": _RECURRENT, "col2im": _RECURRENT, "max_unpool": _RECURRENT, "grid_sample": _RECURRENT,
-    "conv2d_integer": _QOPS, "qconv2d": _QOPS, "matmul_integer": _QOPS, "qmatmul": _QOPS,
+    "conv2d_integer": _QOPS, "qconv2d": _QOPS, "matmul_integer": _QOPS, "qmatmul": _QOPS, "qadd": _QOPS,
     "bitcast": "it reinterprets bits: validation would compare NaN payloads",
     "shape": _SIZES, "dims": _SIZES, "range": _SIZES,
     "if": _CONTROL, "loop": _CONTROL, "scan": _CONTROL,

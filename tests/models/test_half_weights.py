@@ -80,3 +80,40 @@ def test_float16_model_matches_onnxruntime(target: str) -> None:
     assert got.dtype == np.float16
     assert np.abs(got.astype(np.float32) - want).max() <= 1e-2 * np.abs(want).max()
     assert np.argmax(got) == np.argmax(want)
+
+
+def _launches(model: onnx.ModelProto) -> int:
+    """cl.launch ops of `model` imported, optimized at -O2 and lowered for the generic OpenCL device."""
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.passes.manager import PassManager
+    from tessel.passes.pipeline import level_pipeline, parse_pipeline
+    from tessel.targets.opencl.kernels.base import DeviceInfo
+    from tessel.targets.opencl.lower import lower_module
+
+    module = import_model(model.SerializeToString(), "model.onnx")
+    PassManager(parse_pipeline(level_pipeline(2))).run(module)
+    lower_module(module, DeviceInfo.generic())
+    return sum(op.name == "cl.launch" for op in module.walk())
+
+
+@pytest.mark.parametrize("keep_io_types", [True, False])
+@pytest.mark.parametrize("which", ["cnn", "block"])
+def test_float16_model_compiles_to_its_float32_kernels(which: str, keep_io_types: bool) -> None:
+    """-O2 computes an f16 model in f32 between its half edges (emulate-f16{intermediates=f32}, before
+    fusion), so it fuses as its f32 original does: the same launches, plus the casts at half inputs and
+    outputs when the model's own edges are half and no region absorbs them; its outputs within f16
+    tolerance of onnxruntime's run of the f16 model."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from .quantized import BLOCK_INPUT, CNN_INPUT, float_cnn, float_inverted_residual
+    from .test_quantized import _ort
+
+    f32, shape = (float_cnn(), CNN_INPUT) if which == "cnn" else (float_inverted_residual(), BLOCK_INPUT)
+    half = convert_float_to_float16(f32, keep_io_types=keep_io_types)
+    edges = 0 if keep_io_types else 2  # the f16 input's cast in, the f16 output's cast out
+    assert _launches(half) <= _launches(f32) + edges
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32 if keep_io_types else np.float16)
+    want = _ort(half, x).astype(np.float32)
+    for target in ("numpy", "opencl") if _opencl() else ("numpy",):
+        got = _run(half, x, target, "f32").astype(np.float32)
+        assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max(), target

@@ -113,3 +113,26 @@ def test_missing_file(tmp_path: Path) -> None:
     r = tessel_import(tmp_path / "nope.onnx")
     assert r.returncode == 1 and "cannot read" in r.stderr and "nope.onnx" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_unsorted_nodes_are_sorted_before_the_checker() -> None:
+    """onnxruntime's convert_float_to_float16(keep_io_types=True) appends the input casts after the nodes
+    that read them; onnxruntime runs such graphs and the importer sorts them (stably: a sorted graph keeps
+    its order) instead of failing onnx.checker. A real cycle still fails, naming the node."""
+    from onnx import TensorProto, helper
+    from tessel.frontends.onnx.importer import import_model
+    from tessel.ir.diagnostics import DiagnosticError
+
+    nodes = [helper.make_node("Relu", ["c"], ["y"], name="relu"),
+             helper.make_node("Neg", ["x"], ["c"], name="neg")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = import_model(model.SerializeToString(), "unsorted.onnx")
+    assert [op.name for op in module.funcs[0].block.ops][:2] == ["neg", "relu"]
+    cycle = helper.make_graph([helper.make_node("Neg", ["b"], ["a"], name="n1"),
+                               helper.make_node("Neg", ["a"], ["b"], name="n2")], "g", [],
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])])
+    cyclic = helper.make_model(cycle, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(DiagnosticError, match="topologically sorted"):
+        import_model(cyclic.SerializeToString(), "cycle.onnx")
