@@ -196,7 +196,8 @@ def test_qconv2d(case: Conv) -> None:
 
 
 SCHEDULES = [{"lanes": 8, "cols": 3}, {"lanes": 16, "cols": 16}, {"lanes": 0, "rows": 2, "cols": 4},
-             {"lanes": 0, "rows": 8, "cols": 16}]
+             {"lanes": 0, "rows": 8, "cols": 16}, {"lanes": 16, "cols": 5, "pairs": 0},
+             {"lanes": 16, "cols": 1, "pairs": 1}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES,
@@ -211,6 +212,8 @@ def test_conv2d_integer_schedules(schedule: dict[str, int]) -> None:
 
 @pytest.mark.parametrize("op,schedule,reason", [
     ("conv2d_integer", {"lanes": 4}, "lanes=4"),
+    ("conv2d_integer", {"pairs": 2}, "pairs=2"),
+    ("conv2d_integer", {"lanes": 16, "cols": 17}, "cols=17"),
     ("conv2d_integer", {"lanes": 0, "cols": 5}, "cols be 4, 8 or 16"),
     ("matmul_integer", {"rows": 17}, "rows=17 must be in 1..16")])
 def test_bad_schedules_are_refused(op: str, schedule: dict[str, int], reason: str) -> None:
@@ -436,3 +439,57 @@ def test_qadd_is_onnxruntimes_qlinear_add(dtype: str, a_shape: tuple, b_shape: t
     want = ort_qlinear_add(a, b, attrs)
     np.testing.assert_array_equal(reference("qadd", [a, b], attrs), want)
     check_op("qadd", [a, b], attrs)
+
+
+PAIRS_PROBE = r"""
+import glob, os, subprocess, sys
+import numpy as np
+import pyopencl as cl
+from tessel.targets.opencl.kernels.testing import check_op
+
+probe = "__kernel void k(__global int* y) { int f = 0;\n#ifdef __AVX512BW__\nf = 1;\n#endif\n"
+probe += "#ifdef __AVX2__\nf |= 2;\n#endif\ny[0] = f; }"
+ctx = cl.create_some_context(interactive=False)
+q = cl.CommandQueue(ctx)
+y = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 4)
+cl.Program(ctx, probe).build().k(q, (1,), (1,), y)
+f = np.empty(1, np.int32)
+cl.enqueue_copy(q, f, y)
+q.finish()
+print("isa", int(f[0]))
+rng = np.random.default_rng(0)
+x = rng.integers(0, 256, (1, 20, 6, 7)).astype(np.uint8)
+w = rng.integers(-128, 128, (32, 20, 3, 3)).astype(np.int8)
+check_op("conv2d_integer", [x, w, np.array(120, np.uint8), np.array(0, np.int8)],
+         {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1})
+for so in glob.glob(os.path.join(os.environ["POCL_CACHE_DIR"], "**", "*conv2d_integer*.so"), recursive=True):
+    text = subprocess.run(["objdump", "-d", so], capture_output=True, text=True, check=True).stdout
+    print("so", os.path.basename(so), "vpmaddwd" in text, "vpmulld" in text)
+"""
+
+
+def test_paired_channel_conv_multiplies_pairs_with_vpmaddwd(tmp_path) -> None:  # noqa: ANN001
+    """Disassembling PoCL's cache: where the device compiler targets AVX-512BW or AVX2, the paired-channel
+    integer conv's inner loop is vpmaddwd (16-bit pair multiply-adds), not vpmulld. Skips on other
+    devices and without objdump."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tessel.targets.opencl import device
+
+    if device.opencl_available() is not None or shutil.which("objdump") is None:
+        pytest.skip("needs an OpenCL device and objdump")
+    if "Portable Computing Language" not in device.pick_device().platform.name:
+        pytest.skip("reads PoCL's kernel cache")
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", PAIRS_PROBE], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    isa = int(re.search(r"isa (\d+)", out).group(1))  # type: ignore[union-attr]
+    if not isa:
+        pytest.skip("the device compiler targets neither AVX-512BW nor AVX2")
+    main = [line.split()[2:] for line in out.splitlines()
+            if line.startswith("so ") and "_conv2d_integer" in line]
+    assert main, out
+    assert any(v == ["True", "False"] for v in main), out  # vpmaddwd, and no vpmulld left in the main kernel

@@ -1,0 +1,153 @@
+"""The integer conv with 16 output channels in the lanes and input channels taken in pairs: each step one
+16-bit multiply-add of pairs (x86's `vpmaddwd`: 32 products summed in adjacent pairs into 16 i32 lanes,
+where the plain kernel of qlinear.py multiplies 16 i32 lanes with `vpmulld`, two uops for half the
+products).
+
+A first kernel writes x - x_zero_point as shorts with each pair of a group's channels interleaved, [N, G,
+ceil(Cg / 2), Hp, Wp, 2] (padded and phase-split as qlinear's repack: a tap's inputs for consecutive output
+columns are consecutive), the odd group's last channel paired with a zero. The weights are packed at load
+time [G, ceil(og / 16), ceil(Cg / 2), KH, KW, 16, 2]: each tap's 16 lanes x 2 channels are 32 consecutive
+bytes, widened to shorts with the weight zero point subtracted. Per channel pair and tap a work-item loads
+them once and, for each of its `px` output columns, broadcasts the column's input pair (one 32-bit load)
+and multiply-adds it into the column's accumulator.
+
+LLVM 15 (PoCL 3.1) forms `vpmaddwd` from none of the plain OpenCL C forms of the pair product (even / odd
+swizzles of loaded or broadcast vectors gave `vpmulld`), so where the device compiler targets AVX-512BW
+(or AVX2) the step is clang's `__builtin_ia32_pmaddwd512` (`pmaddwd256` on two halves) on 32-short vectors
+(`ext_vector_type`), chosen by the compiler's own `__AVX512BW__` / `__AVX2__` macros; elsewhere (another
+OpenCL compiler, a GPU) the same sums in plain int arithmetic. Both are exact: |x - xz| <= 255 and
+|w - wz| <= 255, so each pair sum is below 2^17.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .base import Ctx, Kernel, Lowered, PackSpec, ctype
+
+PREAMBLE = """typedef short KERNEL_short32 __attribute__((ext_vector_type(32)));
+typedef short KERNEL_short16x __attribute__((ext_vector_type(16)));
+// acc + the 16 sums w[2l] * x.s0 + w[2l + 1] * x.s1 (x a short pair as an int, w the lanes' pairs)
+static inline int16 KERNEL_pair_madd(int16 acc, int x, KERNEL_short32 w) {
+#if defined(__AVX512BW__)
+    const KERNEL_short32 xs = __builtin_astype((int16)(x), KERNEL_short32);
+    return acc + __builtin_astype(__builtin_ia32_pmaddwd512(xs, w), int16);
+#elif defined(__AVX2__)
+    const KERNEL_short16x xs = __builtin_astype((int8)(x), KERNEL_short16x);
+    const int8 lo = __builtin_astype(__builtin_ia32_pmaddwd256(xs, w.lo), int8);
+    const int8 hi = __builtin_astype(__builtin_ia32_pmaddwd256(xs, w.hi), int8);
+    return acc + (int16)(lo, hi);
+#else
+    const int x0 = (short)(x & 0xffff), x1 = x >> 16;
+    return acc + convert_int16(w.even) * x0 + convert_int16(w.odd) * x1;
+#endif
+}
+"""
+
+
+def repack_pairs(ctx: Ctx, g: Any, groups: int, cp: int) -> Kernel:
+    """x - x_zero_point as shorts, channel pairs of each group interleaved, padded and phase-split (`g`:
+    qlinear's Geo)."""
+    xt = ctype(ctx.operands[0])
+    cg = g.c // groups
+    shape = f"[{g.n}][{groups}][{cp}][{g.hp}][{g.wp}][2]"
+    src = f"""// {ctx.op_name} input: x - x_zero_point as shorts, channel pairs interleaved: {shape},
+// {g.sw} phases a row
+__kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
+                     __global short* restrict tmp0) {{
+    const int yp = get_global_id(0), z = get_global_id(1);
+    if (yp >= {g.hp}) return;
+    const int pc = z % {cp}, ng = z / {cp};
+    const int c0 = (ng % {groups}) * {cg} + 2 * pc;
+    const int iy = yp - {g.pt}, xz = in2[0];
+    const bool second = 2 * pc + 1 < {cg}, row = iy >= 0 && iy < {g.h};
+    const __global {xt}* s0 = in0 + ((long)(ng / {groups}) * {g.c} + c0) * {g.h * g.wd} + (long)iy * {g.wd};
+    const __global {xt}* s1 = s0 + {g.h * g.wd};
+    __global short* dst = tmp0 + ((long)z * {g.hp} + yp) * {2 * g.wp};
+    for (int q = 0; q < {g.wp}; ++q) {{
+        const int ix = (q % {g.wq}) * {g.sw} + q / {g.wq} - {g.pl};
+        const bool in = row && ix >= 0 && ix < {g.wd};
+        dst[2 * q] = in ? (short)((int)s0[ix] - xz) : 0;
+        dst[2 * q + 1] = in && second ? (short)((int)s1[ix] - xz) : 0;
+    }}
+}}
+"""
+    ly = min(g.hp, 16)
+    return Kernel(src, (math.ceil(g.hp / ly) * ly, g.n * groups * cp), (ly, 1), ("in0", "in2", "tmp0"))
+
+
+def conv_pairs(ctx: Ctx, px: int) -> Lowered:
+    """The paired-channel kernel: 16 output channels in the lanes, `px` output columns an item."""
+    from . import qlinear as q  # its helpers; qlinear chooses this kernel
+
+    x, w, _, wz = ctx.operands[:4]
+    y = ctx.results[0]
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    geo = q._geo(ctx, px)
+    cg = geo.cg
+    cp = math.ceil(cg / 2)
+    gb = math.ceil(og / 16)
+    whole = og % 16 == 0
+    wz16 = q._channels("in3", wz, "short", 16, "oc0", w.dims[0], whole)
+    wt = ctype(w)
+    taps = []
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            t = (ky * geo.kw + kx) * 32
+            macs = "\n".join(f"            a{p} = KERNEL_pair_madd(a{p}, xr[{geo.tap(ky, kx)} + {p}], wv);"
+                             for p in range(px))
+            taps.append(f"""        {{
+            const {wt}16 w0 = vload16(0, wc + {t}), w1 = vload16(0, wc + {t + 16});
+            KERNEL_short32 wv;
+            wv.lo = convert_short16(w0);
+            wv.hi = convert_short16(w1);
+            wv -= wz2;
+{macs}
+        }}""")
+    accs = "\n".join(f"    int16 a{p} = 0;" for p in range(px))
+    stores = []
+    for p in range(px):
+        val = q._requant(ctx, f"a{p}", 16, "oc0", w.dims[0], whole)
+        at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
+        stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
+        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
+    }}""")
+    src = f"""{PREAMBLE}
+// {ctx.op_name}: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}
+// 16 channels (lanes) x {px} columns an item, input channels in pairs (16-bit multiply-adds)
+__kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
+    const int xi = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);
+    const int ox0 = xi * {px};
+    if (ox0 >= {geo.wo} || oy >= {geo.ho}) return;
+    const int b = z / {groups * gb}, grp = (z / {gb}) % {groups}, oc0 = grp * {og} + (z % {gb}) * 16;
+    const int nch = min(16, {og} - (z % {gb}) * 16);
+    const short16 wz = {wz16};
+    KERNEL_short32 wz2;
+    wz2.even = wz;
+    wz2.odd = wz;
+{accs}
+    const __global int* xb = tmp0 + (long)(b * {groups} + grp) * {cp * geo.plane}
+                             + oy * {geo.sh * geo.wp} + ox0;
+    const __global {wt}* wb = in1 + (long)(grp * {gb} + z % {gb}) * {cp * geo.kh * geo.kw * 32};
+    for (int pc = 0; pc < {cp}; ++pc) {{
+        const __global int* xr = xb + pc * {geo.plane};
+        const __global {wt}* wc = wb + pc * {geo.kh * geo.kw * 32};
+{chr(10).join(taps)}
+    }}
+{chr(10).join(stores)}
+}}
+"""
+    xb = math.ceil(geo.wo / px)
+    lx = min(xb, 8)
+    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
+    grid = (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * groups * gb)
+    main = Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * geo.n * groups * cp * geo.plane],
+                  schedule={"lanes": 16, "cols": px, "pairs": 1})
+    # [O, Cg, KH, KW] -> [G, ceil(og / 16), ceil(Cg / 2), KH, KW, 16, 2]
+    low.pack[1] = PackSpec((1, 2), (16, 2), reshape=(groups, og, cg, geo.kh, geo.kw))
+    low.flops_kernel = 1
+    return low
