@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 from tessel.ir.ops.registry import get_op
 from tessel.ir.types import TensorType, int_range
-from tessel.targets.opencl.kernels.testing import check_op
+from tessel.targets.opencl.kernels.base import NotLowerable
+from tessel.targets.opencl.kernels.testing import check_op, lower_op
 
 NP = {"i8": np.int8, "ui8": np.uint8}
 
@@ -217,8 +218,6 @@ def test_conv2d_integer_schedules(schedule: dict[str, int]) -> None:
     ("conv2d_integer", {"lanes": 0, "cols": 5}, "cols be 4, 8 or 16"),
     ("matmul_integer", {"rows": 17}, "rows=17 must be in 1..16")])
 def test_bad_schedules_are_refused(op: str, schedule: dict[str, int], reason: str) -> None:
-    from tessel.targets.opencl.kernels.base import NotLowerable
-    from tessel.targets.opencl.kernels.testing import lower_op
 
     if op == "conv2d_integer":
         inputs, attrs = conv_operands(Conv("ui8", "i8", 1, 8, (9, 14), 32, 3), rng_for("bad", op))
@@ -493,3 +492,27 @@ def test_paired_channel_conv_multiplies_pairs_with_vpmaddwd(tmp_path) -> None:  
             if line.startswith("so ") and "_conv2d_integer" in line]
     assert main, out
     assert any(v == ["True", "False"] for v in main), out  # vpmaddwd, and no vpmulld left in the main kernel
+
+
+@pytest.mark.parametrize("case, schedule", [
+    (Conv("ui8", "i8", 1, 24, (7, 7), 20, 1, wz_per_channel=True, scale_per_channel=True, bias=True), {}),
+    (Conv("ui8", "i8", 2, 9, (4, 4), 12, 1, bias=True, bounds="relu"), {"rows": 4, "vcols": 1}),
+    (Conv("i8", "ui8", 1, 16, (5, 9), 16, 1, groups=2, wz_per_channel=True), {"rows": 8, "vcols": 3}),
+    (Conv("ui8", "i8", 1, 33, (6, 11), 40, 1, scale_per_channel=True, y="i8"), {"vcols": 4}),
+    (Conv("ui8", "i8", 1, 24, (7, 7), 20, 1, wz_per_channel=True), {"pointwise": 0}),
+], ids=["tail-1", "batch-16px", "groups-odd-rows", "odd-channels", "channel-lanes"])
+def test_pointwise_integer_conv_is_a_pixel_gemm(case: Conv, schedule: dict[str, int]) -> None:
+    """Unpadded stride-1 1x1 integer convs of 16+ pixels lower as GEMMs over pixel vectors with input
+    channels in pairs (a plane's last vector ending at its end: 49 pixels, one new lane; 16 pixels, one
+    vector), exact for qconv2d and conv2d_integer, any rows / vcols / groups / odd channel counts;
+    pointwise=0 keeps the channel-lane kernel; rows other than 4 or 8 are refused."""
+    rng = rng_for("pw", str(case), str(schedule))
+    inputs, attrs = conv_operands(case, rng)
+    low = lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
+    assert low.schedule.get("pointwise", 0) == schedule.get("pointwise", 1)
+    check_op("conv2d_integer", inputs, attrs, schedule=schedule)
+    acc = reference("conv2d_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
+    check_op("qconv2d", inputs, attrs, schedule=schedule)
+    with pytest.raises(NotLowerable, match="rows=5"):
+        lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 5})

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .base import Ctx, Kernel, Lowered, PackSpec, ctype
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
 
 PREAMBLE = """typedef short KERNEL_short32 __attribute__((ext_vector_type(32)));
 typedef short KERNEL_short16x __attribute__((ext_vector_type(16)));
@@ -149,5 +149,106 @@ __kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
                   schedule={"lanes": 16, "cols": px, "pairs": 1})
     # [O, Cg, KH, KW] -> [G, ceil(og / 16), ceil(Cg / 2), KH, KW, 16, 2]
     low.pack[1] = PackSpec((1, 2), (16, 2), reshape=(groups, og, cg, geo.kh, geo.kw))
+    low.flops_kernel = 1
+    return low
+
+
+def pointwise_pairs_fits(ctx: Ctx) -> bool:
+    """An unpadded stride-1 1x1 integer conv of at least 16 pixels and 2 input channels a group: the pixel
+    GEMM below (schedule `pointwise`: 0 keeps the channel-lane kernel)."""
+    x, w = ctx.operands[:2]
+    strides, pads, dil = ctx.attr("strides"), ctx.attr("pads"), ctx.attr("dilations")
+    ok = (w.dims[2:] == (1, 1) and list(strides) == [1, 1] and not any(pads) and list(dil) == [1, 1]
+          and w.dims[1] >= 2 and x.dims[2] * x.dims[3] >= 16)
+    return ok and bool(int(ctx.schedule.get("pointwise", 1)))
+
+
+def pointwise_pairs(ctx: Ctx) -> Lowered:
+    """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
+    work-item, input channels in pairs. Per pair it loads each pixel vector's 16 x 2 shorts from the repack
+    (one 64-byte load), the rows' weight pairs at once (2 x rows bytes, widened, the zero points off), and
+    multiply-adds every row's broadcast pair into each vector; the 16 pixels of a channel are stored as one
+    vector (the plane's last one loaded ending at its end, storing only its new lanes, as conv_pointwise's
+    f32 kernel)."""
+    from . import qlinear as q
+    from .conv_pointwise import tail_pieces
+
+    x, w, _, wz = ctx.operands[:4]
+    y = ctx.results[0]
+    groups = int(ctx.attr("groups"))
+    o_all, cg = w.dims[0], w.dims[1]
+    og = o_all // groups
+    hw = x.dims[2] * x.dims[3]
+    n = x.dims[0]
+    geo = q._geo(ctx, 1)
+    cp = math.ceil(cg / 2)
+    rows = int(ctx.schedule.get("rows", 8 if og >= 8 else 4))
+    vcols = int(ctx.schedule.get("vcols", 2))
+    if rows not in (4, 8) or not 1 <= vcols <= 4:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
+    panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
+    rem = hw % 16
+    wt, yt = ctype(w), ctype(y)
+    zps = ", ".join(f"(short){'in3[0]' if wz.numel == 1 else f'in3[min(grp * {og} + o0 + {i}, {o_all - 1})]'}"
+                    for i in range(rows) for _ in range(2))
+    lines = [PREAMBLE,
+             f"// {ctx.op_name} 1x1: {x} * {w} -> {y}, groups {groups}, as a GEMM over pixels: {rows} output",
+             f"// channels x {vcols} vectors of 16 pixels an item, input channels in pairs (16-bit "
+             "multiply-adds)",
+             f"__kernel void KERNEL({q._params(ctx, '__global const int* restrict tmp0')}) {{",
+             "    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
+             f"    if (mb >= {mb}) return;",
+             f"    const int grp = b % {groups}, o0 = mb * {rows};",
+             f"    const __global int* xp = tmp0 + (long)b * {cp * hw};",
+             f"    const __global {wt}* wp = in1 + (long)(grp * {mb} + mb) * {cp * 2 * rows};",
+             f"    const short{2 * rows} wz2 = (short{2 * rows})({zps});"]
+    for j in range(vcols):
+        lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
+    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
+    for row in accs:
+        lines.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
+    lines.append(f"    for (int pc = 0; pc < {cp}; ++pc, xp += {hw}, wp += {2 * rows}) {{")
+    widened = f"convert_short{2 * rows}(vload{2 * rows}(0, wp))"
+    lines.append(f"        const int{rows} wi = as_int{rows}({widened} - wz2);")
+    for j in range(vcols):
+        lines.append(f"        const KERNEL_short32 x{j} = "
+                     f"__builtin_astype(vload16(0, xp + p{j}), KERNEL_short32);")
+    for i in range(rows):
+        lines.append("        " + " ".join(f"{c} = KERNEL_pair_madd({c}, wi.s{i}, x{j});"
+                                            for j, c in enumerate(accs[i])))
+    lines.append("    }")
+    for i in range(rows):
+        guard = og % rows and i >= og % rows
+        ind = "        " if guard else "    "
+        if guard:
+            lines.append(f"    if (o0 + {i} < {og}) {{")
+        lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
+        for j in range(vcols):
+            val = q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}")
+            lines.append(f"{ind}  {{ const {yt}16 v = {val};")
+            full = f"vstore16(v, 0, out0 + yb + p{j});"
+            if not rem:
+                cond = f"if (q{j} < {panels}) " if panels % vcols else ""
+                lines.append(f"{ind}    {cond}{full} }}")
+                continue
+            lines.append(f"{ind}    if (q{j} < {panels - 1}) {full}")
+            lines.append(f"{ind}    else if (q{j} == {panels - 1}) {{")
+            for lane, size in tail_pieces(16 - rem):
+                part = f"v.s{'0123456789abcdef'[lane:lane + size]}"
+                at = f"out0 + yb + {hw - 16 + lane}"
+                store = f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
+                lines.append(f"{ind}      {store}")
+            lines.append(f"{ind}    }} }}")
+        lines.append(f"{ind}}}")
+        if guard:
+            lines.append("    }")
+    lines.append("}")
+    local = 1
+    main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (local, 1, 1),
+                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * n * groups * cp * hw],
+                  schedule={"pointwise": 1, "rows": rows, "vcols": vcols})
+    # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 2), rows, 2]
+    low.pack[1] = PackSpec((1, 2), (rows, 2), reshape=(groups, og, cg))
     low.flops_kernel = 1
     return low

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 from .gemm import aligned_strides, batch_offset
-from .qconv_pairs import conv_pairs
+from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
 
@@ -203,6 +203,8 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
     pairs = int(ctx.schedule.get("pairs", 1))
     if pairs not in (0, 1):
         raise NotLowerable(f"'{ctx.op_name}' schedule pairs={pairs} is not 0 or 1")
+    if pairs and ("lanes" not in ctx.schedule or "pointwise" in ctx.schedule) and pointwise_pairs_fits(ctx):
+        return pointwise_pairs(ctx)  # a 1x1 conv as a GEMM over 16-pixel vectors
     if lanes == 16 and pairs:
         px = int(ctx.schedule.get("cols", 8))
         if not 1 <= px <= 16:
