@@ -22,8 +22,9 @@ MIN_ITEMS = 4
 """Items (16-column runs) a row needs before the direct kernel is the default: a row's first and last
 items gather their inputs lane by lane around the padding, so on narrow rows (every item an edge) and at
 stride 2 (32-byte spans) the repack's one pass is cheaper. Measured (Intel Xeon VM): MobileNetV2 int8
-2.9 ms direct against 3.1 repacked; EfficientNet-B0 (5x5 and stride-2 depthwise convs on narrow maps)
-44.7 ms direct everywhere against 26.4 repacked."""
+2.9 ms direct against 3.1 repacked. Not settled: EfficientNet-B0 int8 ran 26-46 ms with either choice,
+its time dominated by the scalar dequantize / sigmoid / quantize chains of its SiLUs (one took 1.2 ms in
+one compile and 18 ms in another), so it decides nothing here."""
 
 
 def depthwise_fits(ctx: Ctx) -> bool:
