@@ -17,6 +17,11 @@ elements and whether the top-1 class agrees.
 
 f16 table: alexnet, zfnet512 and vgg19 at -O2 with f32 and with f16 matmul / gemm weights
 (--weight-precision): medians, speed-up and the largest relative difference of the outputs.
+
+f16 models table (--half): models converted by onnxruntime's convert_float_to_float16 (keep_io_types: f32
+inputs and outputs, everything inside f16), compiled as they are beside their f32 originals: kernel
+launches of each, the medians, f16 / f32, and the largest difference of the f16 output from onnxruntime's
+run of the same f16 model and from the f32 output (relative to the f32 output's largest magnitude).
 Results go to bench/results/quant-<time>.json.
 """
 
@@ -44,6 +49,7 @@ from bench import RESULTS, ZOO, geomean, load_model  # noqa: E402
 STATIC = ("resnet50", "squeezenet", "inception_v1", "resnet18", "mobilenet_v2", "efficientnet_b0", "unet")
 DYNAMIC = ("bert", "gpt2", "mlp")
 FC_HEAVY = ("alexnet", "zfnet512", "vgg19")
+HALF_MODELS = ("resnet18", "mobilenet_v2", "vit", "bert")
 CACHE = ZOO / "models" / "int8"
 
 
@@ -187,10 +193,41 @@ def f16_row(name: str, args: argparse.Namespace) -> dict:
             "top1_same": bool(np.argmax(a) == np.argmax(b))}
 
 
+def half_model_row(name: str, args: argparse.Namespace) -> dict:
+    import onnxruntime as ort
+    from common import ort_options
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model, feeds = load_model(name)
+    half = convert_float_to_float16(model, keep_io_types=True)
+    exe32, names, m32 = compiled(model, name)
+    exe16, _, m16 = compiled(half, f"{name}.f16")
+    arrays = [feeds[n] for n in names]
+    a, b = exe32.run(arrays)[0], exe16.run(arrays)[0]
+    want = ort.InferenceSession(half.SerializeToString(), ort_options(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe32.settle(arrays)
+    exe16.settle(arrays)
+    ms = rounds({"f32": lambda: exe32.run(arrays), "f16": lambda: exe16.run(arrays)}, args.rounds,
+                args.repeat)
+    scale = float(np.abs(a).max()) or 1.0
+
+    def launches(module: object) -> int:
+        return sum(op.name == "cl.launch" for op in module.walk())  # type: ignore[attr-defined]
+
+    return {"model": name, "f32_ms": round(ms["f32"], 3), "f16_ms": round(ms["f16"], 3),
+            "f16_vs_f32": round(ms["f16"] / ms["f32"], 3), "kernels_f32": launches(m32),
+            "kernels_f16": launches(m16),
+            "max_rel_vs_ort_f16": round(float(np.abs(b.astype(np.float32) - want).max()) / scale, 6),
+            "max_rel_vs_f32": round(float(np.abs(b.astype(np.float32) - a).max()) / scale, 6)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated int8 models (default: all)")
     ap.add_argument("--f16", default=",".join(FC_HEAVY), help="models of the f16-weights table ('' none)")
+    ap.add_argument("--half", default=",".join(HALF_MODELS),
+                    help="models of the f16-models table ('' none)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", help="write the results here (default bench/results/quant-<time>.json)")
@@ -211,7 +248,14 @@ def main() -> int:
         half.append(r)
         print(f"{name:16} f32 {r['f32_ms']:8.3f} ms  f16 weights {r['f16_weights_ms']:8.3f} ms  "
               f"speed-up {r['speedup']:5.2f}  rel {r['max_rel']:.2e}  top1 {r['top1_same']}", flush=True)
-    out = {"int8": rows, "f16_weights": half,
+    models16 = []
+    for name in filter(None, args.half.split(",")):
+        r = half_model_row(name, args)
+        models16.append(r)
+        print(f"{name:16} f32 {r['f32_ms']:8.3f} ms  f16 model {r['f16_ms']:8.3f} ms  "
+              f"f16/f32 {r['f16_vs_f32']:5.2f}  kernels {r['kernels_f16']} (f32 {r['kernels_f32']})  "
+              f"rel vs ort f16 {r['max_rel_vs_ort_f16']:.2e}  vs f32 {r['max_rel_vs_f32']:.2e}", flush=True)
+    out = {"int8": rows, "f16_weights": half, "f16_models": models16,
            "geomean_vs_ort": round(geomean([r["vs_ort"] for r in rows]), 3) if rows else None,
            "geomean_vs_f32": round(geomean([r["vs_f32"] for r in rows]), 3) if rows else None}
     print(f"int8 geomean: {out['geomean_vs_ort']} x onnxruntime int8, {out['geomean_vs_f32']} x tessel f32")
