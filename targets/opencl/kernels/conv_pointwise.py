@@ -24,6 +24,7 @@ Schedule keys: `pointwise` (0: the direct kernel instead; 1: this one), `rows`, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec
@@ -95,6 +96,22 @@ def tail_pieces(first: int, width: int = 16) -> list[tuple[int, int]]:
     return out
 
 
+def plane_store(j: int, panels: int, vcols: int, rem: int, full: str, piece: Callable[[int, int], str],
+                ind: str, head: str = "") -> list[str]:
+    """The stores of a work-item's pixel vector j (`q{j}` its panel): the statement `full` for whole
+    vectors; for the plane's last, partial one (rem pixels, loaded ending at the plane's end) only its new
+    lanes 16 - rem .. 15, each aligned piece by the statement `piece(lane, size)`, after `head` (a
+    declaration of the stored vector); vectors past the plane store nothing."""
+    if not rem:
+        cond = f"if (q{j} < {panels}) " if panels % vcols else ""
+        return [f"{ind}{cond}{full}"]
+    out = [f"{ind}if (q{j} < {panels - 1}) {full}",
+           f"{ind}else if (q{j} == {panels - 1}) {{  // lanes {16 - rem}..15 are new"]
+    out += [f"{ind}  {head}"] if head else []
+    out += [f"{ind}  {piece(lane, size)}" for lane, size in tail_pieces(16 - rem)]
+    return [*out, f"{ind}}}"]
+
+
 def pointwise_source(geo: Any, rows: int, vcols: int, has_bias: bool, epilogue: Epilogue | None) -> str:
     r, v, og, cg = rows, vcols, geo.og, geo.cg
     hw = geo.ho * geo.wo
@@ -142,22 +159,15 @@ def pointwise_source(geo: Any, rows: int, vcols: int, has_bias: bool, epilogue: 
         if has_bias:
             lines.append(f"{ind}  const float bo = in2[b % {geo.g} * {og} + {o}];" if geo.g > 1
                          else f"{ind}  const float bo = in2[{o}];")
+        def piece(lane: int, size: int) -> str:
+            part, at = f"t.s{LANES[lane:lane + size]}", f"y + {hw - 16 + lane}"
+            return (f"Y[{at}] = {val(part, at, 1)};" if size == 1
+                    else f"vstore{size}({val(part, at, size)}, 0, Y + {at});")
+
         for j in range(v):
             t = f"{accs[i][j]} + bo" if has_bias else accs[i][j]
             full = f"vstore16({val(t, f'y + p{j}', 16)}, 0, Y + y + p{j});"
-            if not rem:
-                cond = f"if (q{j} < {panels}) " if panels % v else ""
-                lines.append(f"{ind}  {cond}{full}")
-                continue
-            lines.append(f"{ind}  if (q{j} < {panels - 1}) {full}")
-            lines.append(f"{ind}  else if (q{j} == {panels - 1}) {{  // lanes {16 - rem}..15 are new")
-            lines.append(f"{ind}    const float16 t = {t};")
-            for lane, size in tail_pieces(16 - rem):
-                part = f"t.s{LANES[lane:lane + size]}"
-                at = f"y + {hw - 16 + lane}"
-                lines.append(f"{ind}    Y[{at}] = {val(part, at, 1)};" if size == 1
-                             else f"{ind}    vstore{size}({val(part, at, size)}, 0, Y + {at});")
-            lines.append(f"{ind}  }}")
+            lines += plane_store(j, panels, v, rem, full, piece, f"{ind}  ", f"const float16 t = {t};")
         lines.append(f"{ind}}}")
         if guard:
             lines.append("    }")

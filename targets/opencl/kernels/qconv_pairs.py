@@ -171,7 +171,7 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
     vector (the plane's last one loaded ending at its end, storing only its new lanes, as conv_pointwise's
     f32 kernel)."""
     from . import qlinear as q
-    from .conv_pointwise import tail_pieces
+    from .conv_pointwise import plane_store
 
     x, w, _, wz = ctx.operands[:4]
     y = ctx.results[0]
@@ -204,6 +204,10 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
              f"    const short{2 * rows} wz2 = (short{2 * rows})({zps});"]
     for j in range(vcols):
         lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
+    def piece(lane: int, size: int) -> str:
+        part, at = f"v.s{'0123456789abcdef'[lane:lane + size]}", f"out0 + yb + {hw - 16 + lane}"
+        return f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
+
     accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
     for row in accs:
         lines.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
@@ -226,19 +230,9 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
         for j in range(vcols):
             val = q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}")
             lines.append(f"{ind}  {{ const {yt}16 v = {val};")
-            full = f"vstore16(v, 0, out0 + yb + p{j});"
-            if not rem:
-                cond = f"if (q{j} < {panels}) " if panels % vcols else ""
-                lines.append(f"{ind}    {cond}{full} }}")
-                continue
-            lines.append(f"{ind}    if (q{j} < {panels - 1}) {full}")
-            lines.append(f"{ind}    else if (q{j} == {panels - 1}) {{")
-            for lane, size in tail_pieces(16 - rem):
-                part = f"v.s{'0123456789abcdef'[lane:lane + size]}"
-                at = f"out0 + yb + {hw - 16 + lane}"
-                store = f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
-                lines.append(f"{ind}      {store}")
-            lines.append(f"{ind}    }} }}")
+            lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
+                                 f"{ind}    ")
+            lines.append(f"{ind}  }}")
         lines.append(f"{ind}}}")
         if guard:
             lines.append("    }")
