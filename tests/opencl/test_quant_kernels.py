@@ -516,29 +516,3 @@ def test_pointwise_integer_conv_is_a_pixel_gemm(case: Conv, schedule: dict[str, 
     check_op("qconv2d", inputs, attrs, schedule=schedule)
     with pytest.raises(NotLowerable, match="rows=5"):
         lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 5})
-
-
-@pytest.mark.parametrize("case, schedule", [
-    (Conv("ui8", "i8", 2, 20, (9, 67), 20, 3, pad=(1, 1, 1, 1), groups=20, wz_per_channel=True,
-          scale_per_channel=True, bias=True, bounds="relu"), {}),  # stride 1: interior vectors and edges
-    (Conv("ui8", "i8", 1, 16, (11, 70), 16, 3, stride=2, pad=(1, 1, 1, 1), groups=16, bias=True),
-     {"direct": 1}),
-    (Conv("i8", "i8", 1, 8, (13, 40), 8, 5, stride=3, pad=(2, 2, 2, 2), groups=8, bias=True), {"direct": 1}),
-    (Conv("ui8", "ui8", 1, 8, (12, 70), 8, 3, pad=(2, 1, 2, 3), dilation=2, groups=8, y="i8"), {}),
-    (Conv("ui8", "i8", 1, 16, (11, 70), 16, 3, stride=2, pad=(1, 1, 1, 1), groups=16, bias=True),
-     {"direct": 0}),
-], ids=["s1-edges", "s2", "s3", "dilated", "repacked"])
-def test_depthwise_integer_conv_reads_x_in_place(case: Conv, schedule: dict[str, int]) -> None:
-    """A depthwise integer conv reads its 8-bit input in place (one launch, no repack): 16-byte vectors at
-    stride 1, the even bytes of 32 at stride 2, lane by lane at the edges and other strides, padding rows
-    skipped; exact. By default at stride 1 on rows of 4+ items (else the repack's pass is cheaper);
-    direct=0 keeps the repacking pixel-lane kernel (two launches)."""
-    rng = rng_for("dw", str(case), str(schedule))
-    inputs, attrs = conv_operands(case, rng)
-    acc = reference("conv2d_integer", inputs, attrs)
-    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
-    low = lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
-    assert len(low.kernels) == (2 if schedule.get("direct") == 0 else 1)
-    narrow = conv_operands(Conv("ui8", "i8", 1, 16, (9, 40), 16, 3, pad=(1, 1, 1, 1), groups=16), rng)
-    assert len(lower_op("conv2d_integer", [TensorType.of(a) for a in narrow[0]], narrow[1])[1].kernels) == 2
-    check_op("qconv2d", inputs, attrs, schedule=schedule)

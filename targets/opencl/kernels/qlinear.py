@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 from .gemm import aligned_strides, batch_offset
-from .qconv_depthwise import depthwise_direct, depthwise_fits
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
@@ -213,8 +212,6 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
         return conv_pairs(ctx, px)  # input channels in pairs: 16-bit multiply-adds
     if lanes:
         return _conv_channel_lanes(ctx, lanes)
-    if depthwise_fits(ctx) and not {"rows", "cols"} & set(ctx.schedule):
-        return depthwise_direct(ctx)  # x read in place: no repack launch
     return _conv_pixel_lanes(ctx)
 
 
