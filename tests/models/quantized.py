@@ -111,9 +111,10 @@ def float_lstm(seed: int = 0) -> onnx.ModelProto:
 
 
 def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...],
-             seed: int = 0) -> onnx.ModelProto:
+             input_name: str | None = None, seed: int = 0) -> onnx.ModelProto:
     """`model` through onnxruntime's quantization tool: how = 'qdq' or 'qoperator' (quantize_static, per
-    channel, uint8 activations, int8 weights, 8 seeded calibration inputs) or 'dynamic'."""
+    channel, uint8 activations, int8 weights, 8 seeded calibration inputs for `input_name`, default the
+    first graph input) or 'dynamic'."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -128,7 +129,7 @@ def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...]
         quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
         return onnx.load(dst)
     rng = np.random.default_rng(seed)
-    name = model.graph.input[0].name
+    name = input_name or model.graph.input[0].name
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:

@@ -162,3 +162,36 @@ def test_dynamically_quantized_lstm_without_its_scales_is_an_import_error() -> N
     with pytest.raises(DiagnosticError, match="ONNX node 'qlstm' \\(DynamicQuantizeLSTM\\): "
                                               "DynamicQuantizeLSTM needs R_scale, R_zero_point"):
         import_model(model.SerializeToString(), "qlstm.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                                  "shufflenet", "squeezenet", "vgg19", "zfnet512"])
+def test_quantized_light_model_matches_onnxruntime(name: str, tmp_path: Path) -> None:
+    """Each light model (seeded random weights) through quantize_static (QDQ, per-channel), compiled at -O2
+    for OpenCL: every quantized conv and gemm integer, and the output within one step of onnxruntime's
+    int8 run (convs, gemms and residual adds compute as onnxruntime does; its pools and concats of
+    differently scaled inputs have arithmetic of their own, one step apart on squeezenet, shufflenet,
+    resnet50 and densenet121). A lowering that fails on a shape class of these networks fails here."""
+    from tessel.frontends.onnx.randomize import randomize_weights
+
+    from .test_models import LIGHT
+
+    if not _opencl():
+        pytest.skip("no OpenCL device")
+    (path,) = [p for p in LIGHT if p.stem == f"light_{name}"]
+    model = randomize_weights(onnx.load(path), seed=0)
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
+        from onnx import version_converter
+
+        model = version_converter.convert_version(model, 13)  # per-channel DequantizeLinear needs 13
+        model.ir_version = max(model.ir_version, 7)
+    inits = {i.name for i in model.graph.initializer}
+    data = next(i for i in model.graph.input if i.name not in inits)  # IR v3 lists the weights as inputs
+    shape = tuple(d.dim_value for d in data.type.tensor_type.shape.dim)
+    qmodel = quantize(model, "qdq", tmp_path, shape, data.name)
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    sess = onnxruntime.InferenceSession(qmodel.SerializeToString(), providers=["CPUExecutionProvider"])
+    want, got = sess.run(None, {data.name: x})[0], _run(qmodel, x, "opencl")
+    assert np.abs(got - want).max() <= _output_step(qmodel) * 1.001
+    assert np.argmax(got) == np.argmax(want)
