@@ -14,9 +14,9 @@ ending at the plane's end (H*W - 16), so every load stays inside the tensor, and
 previous vector's are stored, as whole sub-vectors (lanes 12..15 of 196). That needs H*W >= 16; smaller
 planes keep the direct kernel.
 
-Measured on the Intel Xeon VM (PoCL 3.1, AVX-512, profiling events, bench/conv_sweep.py): shufflenet's
-grouped convs 272->272 14x14 g4 0.049 -> 0.035 ms, 136->136 28x28 g4 0.058 -> 0.031, 544->544 7x7 g4 0.055
--> 0.035.
+Measured on the Intel Xeon VM (PoCL 3.1, AVX-512, profiling events, bench/conv_sweep.py `default` with and
+without `--set pointwise=0`, one after the other): shufflenet's grouped convs 272->272 14x14 g4 0.044 ->
+0.032 ms, 136->136 28x28 g4 0.058 -> 0.029, 544->544 7x7 g4 0.052 -> 0.035 (docs/opencl.md gives the same).
 
 Schedule keys: `pointwise` (0: the direct kernel instead; 1: this one), `rows`, `vcols`, `local`.
 """
