@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,8 @@ class CompiledModel:
         self._lock = threading.Lock()
         self._device = device
         self._exe: Any = None
+        self.codegen_seconds = 0.0
+        """Seconds `tessel.compile` spent lowering to the target (0 for a loaded module)."""
         if target == "opencl":
             from .targets.opencl.dynamic import executable
 
@@ -305,6 +308,7 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     levels["optimized"] = _clone(module)
     from .targets.opencl.profile import compile_info
 
+    t0 = time.perf_counter()
     cl_device = dev.pick_device(device)
     info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
@@ -330,7 +334,10 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
                 continue
             CompiledModel._call(embed_hint, module, func, shapes, info, tuning)
     levels["target"] = module
-    return CompiledModel(module, "opencl", cl_device, levels)
+    codegen = time.perf_counter() - t0
+    compiled = CompiledModel(module, "opencl", cl_device, levels)
+    compiled.codegen_seconds = codegen
+    return compiled
 
 
 def load(path: Any, device: str | None = None) -> CompiledModel:

@@ -11,6 +11,15 @@ import numpy as np
 from ..ir.core import Module
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
+from .build_report import (
+    build_and_report,
+    build_device,
+    build_mark,
+    build_option,
+    builds_since,
+    print_build_table,
+    time_build_option,
+)
 from .common import (
     apply_shape_hints,
     check_bounds_option,
@@ -42,6 +51,7 @@ Examples:
   tessel-codegen --validate model.opt.tsl -o model.cl.tsl
   tessel-codegen --tuning-records=model.tune.jsonl --remarks=tuning model.opt.tsl -o model.cl.tsl
   tessel-codegen --shape-hint x=1x3x224x224 dynamic.opt.tsl -o dynamic.cl.tsl
+  tessel-codegen --build --time-build model.opt.tsl -o model.cl.tsl
 """
 
 
@@ -145,6 +155,8 @@ def device_for_codegen(spec: str) -> object:
     "(the injected-bug plugins of tests/plugins/ that --check-bounds and --poison must catch).",
 )
 @shape_hint_option
+@build_option
+@time_build_option("tessel-codegen builds programs only with --build or --validate.")
 @winograd_option
 @tuning_options
 @weights_options
@@ -162,6 +174,8 @@ def main(
     check_bounds: bool,
     load_plugin: tuple[str, ...],
     shape_hint: tuple[str, ...],
+    build: bool,
+    time_build: bool,
     no_winograd: bool,
     tuning_records: str | None,
     remarks: str,
@@ -185,12 +199,14 @@ def main(
     from ..targets.opencl.memory import check_memory
     from .opt import write_modules
 
+    mark = build_mark()
     categories = remark_categories(remarks, remarks_missed)
     hints = parse_shape_hints(shape_hint)
     load_plugins(load_plugin)
     data, filename = read_input(input)
     info, tuning = codegen_device(device, tuning_records)
     limits_of = memory_device(device, tuning_records)
+    build_on = build_device(device) if build else None  # no OpenCL: fail now, not after lowering
     modules = []
     chunks = split_chunks(data.decode("utf-8", "replace")) if split_input_file else [("", 0)]
     for chunk, offset in chunks:
@@ -210,6 +226,11 @@ def main(
             _check_lowering(module, *check, validate, device or "generic")
         modules.append(module)
     write_modules(modules, output, elide_resources, external_weights)
+    if build:  # the output is complete: a failed build leaves it as it is
+        build_and_report(modules, build_on, time_build, mark)
+    elif time_build:
+        print_build_table(builds_since(mark), note="" if validate is not None else
+                          "tessel-codegen builds no program without --build or --validate")
 
 
 def _reference(module: Module) -> tuple[str, list[np.ndarray], list[np.ndarray]]:

@@ -8,6 +8,15 @@ from typing import Any
 
 import click
 
+from .build_report import (
+    build_and_report,
+    build_device,
+    build_mark,
+    build_option,
+    builds_since,
+    print_build_table,
+    time_build_option,
+)
 from .common import (
     apply_shape_hints,
     debug_option,
@@ -31,6 +40,7 @@ Examples:
   tessel compile --target=none model.onnx | tessel-run --random-inputs
   tessel compile model.onnx | tessel-run --random-inputs --profile
   tessel compile --shape-hint x=1x3x640x640 detector.onnx -o detector.cl.tsl
+  tessel compile --build --time-build model.onnx -o model.cl.tsl
   tessel tune model.onnx -o model.tune.jsonl && tessel compile --tuning-records=model.tune.jsonl model.onnx
 """
 
@@ -56,6 +66,8 @@ Examples:
               help="Store matmul and gemm weights in this precision (convert-precision: half the bytes for "
                    "bandwidth-bound fully connected layers; results change by about 1e-3 relative).")
 @shape_hint_option
+@build_option
+@time_build_option("tessel compile builds programs only with --build.")
 @winograd_option
 @tuning_options
 @weights_options
@@ -63,7 +75,7 @@ Examples:
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
          input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str,
-         shape_hint: tuple[str, ...],
+         shape_hint: tuple[str, ...], build: bool, time_build: bool,
          no_winograd: bool,
          tuning_records: str | None,
          remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:
@@ -78,6 +90,10 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     from .codegen import codegen_device, lower_with_remarks
     from .opt import write_modules
 
+    mark = build_mark()
+    if build and target != "opencl":
+        raise fail("--build needs --target=opencl (--target=none leaves no program to build)", 2)
+    build_on = build_device(device) if build else None  # no OpenCL: fail now, not after compiling
     categories = remark_categories(remarks, extra=tuple(c for c in CATEGORIES if c != "fusion"))
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     hints = parse_shape_hints(shape_hint)
@@ -98,6 +114,10 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
         apply_shape_hints(module, hints, info, tuning)
         verify_or_raise(module)
     write_modules([module], output, elide_resources, external_weights)
+    if build:  # the output is complete: a failed build leaves it as it is
+        build_and_report([module], build_on, time_build, mark)
+    elif time_build:
+        print_build_table(builds_since(mark), note="tessel compile builds no program without --build")
 
 
 def load_model(input: str, input_shape: tuple[str, ...]) -> tuple[Any, bool]:

@@ -13,6 +13,7 @@ import numpy as np
 from ..ir.diagnostics import Diagnostic, DiagnosticError
 from ..ir.parser import parse_module
 from ..ir.verifier import verify_or_raise
+from .build_report import build_mark, builds_since, print_build_table, time_build_option
 from .common import (
     atomic_output,
     check_bounds_option,
@@ -32,6 +33,7 @@ Examples:
   tessel-opt -O1 model.tsl | tessel-run --random-inputs
   tessel-codegen --target=opencl m.tsl | tessel-run --random-inputs --profile --repeat 20
   tessel-run --target=opencl m.tsl --random-inputs --repeat 50 --report-json times.json
+  tessel-run m.cl.tsl --random-inputs --time-build
   tessel-run --list-devices
   tessel-run --calibrate
 """
@@ -174,7 +176,8 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     is_flag=True,
     help="OpenCL: print per kernel its launches, time (profiling events), GFLOP/s, GB/s, arithmetic "
     "intensity and fraction of the device's peak, with the ONNX nodes it came from; then the kernel time "
-    "per run, the wall time and the overhead (wall minus kernel time: launches, wake-ups, copies).",
+    "per run, the wall time and the overhead (wall minus kernel time: launches, wake-ups, copies); and on "
+    "stderr the table of --time-build.",
 )
 @click.option(
     "--top",
@@ -210,6 +213,7 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     "first kernel whose output went wrong ($TESSEL_POISON=1 does the same).",
 )
 @check_bounds_option
+@time_build_option()
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary table.")
 @winograd_option
 @debug_option
@@ -236,6 +240,7 @@ def main(
     atol: float,
     poison: bool,
     check_bounds: bool,
+    time_build: bool,
     quiet: bool,
     no_winograd: bool,
     debug: bool,
@@ -299,9 +304,9 @@ def main(
             results = run_func(module, func, arrays)
             times.append(time.perf_counter() - t0)
         times = times[1:] if repeat > 1 else times
-        rows, exe = None, None
+        rows, exe, built = None, None, ([], None)
     else:
-        results, times, rows, exe = _run_opencl(
+        results, times, rows, exe, built = _run_opencl(
             module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution,
             lower_schedule(no_winograd), poison or None, check_bounds or None,
         )
@@ -334,7 +339,8 @@ def main(
                 "weights\n"
             )
             if exe.running_on != "device":
-                note = f" ({exe.adapt_note})" if exe.adapt_note else ""
+                why = exe.adapt_note or getattr(exe, "waiting_note", lambda: "")()
+                note = f" ({why})" if why else ""
                 sys.stdout.write(f"execution: {exe.running_on}{note}\n")
         if reference is not None:
             sys.stdout.write(f"matches numpy within rtol {rtol:g}, atol {atol:g}\n")
@@ -344,6 +350,9 @@ def main(
         with atomic_output(report_json) as f:
             json.dump(report, f, indent=2, sort_keys=True)
             f.write("\n")
+    if time_build or (profile and exe is not None):
+        print_build_table(*built,
+                          "" if exe is not None else "the numpy target builds no program")
 
 
 def _mib(n: int) -> str:
@@ -397,6 +406,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     d = _pick(dev, spec)
     if not lowered:  # the lowering's cost model reads the device's peaks (calibrated on its first use)
         info = compile_info(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
+    mark = build_mark()  # the builds of loading and running (not the calibration's, before or after)
     t0 = time.perf_counter()
     if not lowered:
         lower_module(module, info, None, schedule, check_bounds=check_bounds)
@@ -407,8 +417,17 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     if hasattr(exe, "for_shapes"):  # a dynamic func: its executable for these inputs' sizes
         exe = exe.for_shapes([a.shape for a in arrays])
     load = time.perf_counter() - t0
-    results, stats = exe.measure(arrays, repeat, warmup=1 if repeat > 1 else 0)
-    report.update(execution=exe.running_on, execution_note=exe.adapt_note)
+    if repeat > 1:  # the warm-up run of measure(warmup=1), timed: the first run (--time-build's line)
+        t1 = time.perf_counter()
+        exe.run(arrays)
+        first = time.perf_counter() - t1
+        results, stats = exe.measure(arrays, repeat, warmup=0)
+    else:
+        results, stats = exe.measure(arrays, repeat, warmup=0)
+        first = stats.seconds[0]
+    builds = builds_since(mark)
+    report.update(execution=exe.running_on,
+                  execution_note=exe.adapt_note or getattr(exe, "waiting_note", lambda: "")())
     report.update(
         device=dev.describe(d),
         load_ms=round(load * 1000, 3),
@@ -423,7 +442,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
         peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
         report["peaks"] = peaks.__dict__
         report["kernels"] = [r.as_dict(peaks) for r in rows]
-    return results, stats.seconds, rows, exe
+    return results, stats.seconds, rows, exe, (builds, first)
 
 
 def _compare(names, results, reference, rtol, atol, run) -> None:  # noqa: ANN001

@@ -1,7 +1,10 @@
-"""How `auto` execution chooses where a model's kernels run (docs/opencl.md "Execution"): after
-ADAPT_AFTER runs it times the pool, the inline companion, cooperative execution and a hybrid plan of pool
-and inline side by side, keeps the fastest, and rechecks the choice now and then. The Adaptive mixin is
-Executable's (runtime.py): it runs the executable's own `enqueue` under each `place`ment."""
+"""How `auto` execution chooses where a model's kernels run (docs/opencl.md "Execution"): from the
+ADAPT_AFTER-th run, once building them pays for itself, a child process builds the inline and cooperative
+programs (prepare.py); then the pool, the inline companion and cooperative execution are timed side by side
+over the runs (a Trial: one way a run, no run waits), the fastest is kept, and the choice is rechecked now
+and then the same way. `settle` compares at once (with a hybrid plan of pool and inline), for benchmarks.
+The Adaptive mixin is Executable's (runtime.py): it runs the executable's own `enqueue` under each
+`place`ment."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from typing import Any
 import numpy as np
 
 ADAPT_AFTER = 8
-"""Runs before `auto` compares the ways to run: a model run once or twice (a test, a one-shot
-tessel-run) never builds the inline program; a service or a benchmark settles after its first runs."""
+"""Runs before `auto` considers the other ways to run: a model run once or twice (a test, a one-shot
+tessel-run) never builds them; a service considers them from its 8th run (`_worth_preparing`)."""
 ADAPT_MAX_SECONDS = 0.05
 """When a run on the pool takes longer, `auto` compares it with cooperative execution only: the inline
 device would give up a core, and dispatch is a few percent (a launch costs the pool 5-40 us), unless the
@@ -59,6 +62,48 @@ class Choice:
     expected: float = 0.0  # seconds a run of `way` took when last compared (0: not measured)
 
 
+LAUNCH_US = 10.0
+"""What the pool's dispatch of a launch costs (µs) where the device was never calibrated: the saving per
+launch and run `auto` weighs the alternatives' build against (the calibration's `launch_us` otherwise)."""
+
+
+@dataclass
+class Trial:
+    """A comparison of ways to run spread over the user's runs: each run goes to the next way in turn,
+    `block` runs in a row (the fastest counts: the first may pay for the switch), for `cycles` cycles
+    whose order rotates; the ways are judged as `_interleaved`'s are. No run waits for the others."""
+
+    kind: str
+    """'adapt' (the first comparison), 'recheck' (the choice and its rival) or 'again' (every way, the
+    choice's runs having slowed: `why`)."""
+    plans: dict[str, list[str]]
+    cycles: int
+    block: int
+    order: list[tuple[int, str]]
+    times: dict[str, list[float]]
+    at: int = 0
+    spent: float = 0.0  # seconds its runs took, all told
+    why: str = ""
+
+    @classmethod
+    def of(cls, kind: str, plans: dict[str, list[str]], cycles: int, block: int, why: str = "") -> Trial:
+        names = list(plans)
+        order = [(c, name) for c in range(cycles)
+                 for name in names[c % len(names):] + names[: c % len(names)] for _ in range(block)]
+        return cls(kind, plans, cycles, block, order, {k: [math.inf] * cycles for k in names}, why=why)
+
+    def next(self) -> str:
+        return self.order[self.at][1]
+
+    def record(self, seconds: float) -> bool:
+        """Count this run's `seconds` for the way `next()` named; True once every cycle is done."""
+        c, name = self.order[self.at]
+        self.times[name][c] = min(self.times[name][c], seconds)
+        self.spent += seconds
+        self.at += 1
+        return self.at == len(self.order)
+
+
 class SlowRuns:
     """Notices a run of slow runs: `observe(seconds, expected)` is True once SLOW_RUNS[0] of the last
     SLOW_RUNS[1] runs took over SLOW_FACTOR x `expected` (then it starts counting afresh)."""
@@ -96,6 +141,17 @@ class Adaptive:
     _slowed: str
     _compare_again_at: float
     _live: list[int]
+    _trial: Trial | None
+    _preparing: str
+    _preparer: Any
+    _estimate: tuple[float, float] | None
+    _pool_seconds: float
+    _inline: Any
+    _cooperative: Any
+    _source: str
+    device: Any
+    module: Any
+    func: Any
 
     def _cooperative_ok(self) -> bool:
         """Whether `auto` may run cooperatively here: the device can, and PoCL's workers are not pinned
@@ -166,11 +222,15 @@ class Adaptive:
                 pair = self._interleaved(inputs, {"pool": plans["pool"], "hybrid": where}, cycles, block)
                 plans["hybrid"] = where
                 ratio["hybrid"] = _median_ratio(pair["hybrid"], pair["pool"])
+        self._choose(plans, ratio, statistics.median(times["pool"]))
+
+    def _choose(self, plans: dict[str, list[str]], ratio: dict[str, float], pool: float) -> None:
+        """Run the way of the least `ratio` (its time over the pool's, `pool` seconds a run) from now on,
+        unless it beats the pool by less than ADAPT_MARGIN; recheck it after RECHECK_SECONDS."""
         best = min(ratio, key=lambda k: ratio[k])
         if ratio[best] >= ADAPT_MARGIN:
             best = "pool"
         self.place(plans[best])
-        pool = statistics.median(times["pool"])
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
         others = [k for k in sorted(ratio, key=lambda k: ratio[k]) if k != best]
@@ -182,15 +242,30 @@ class Adaptive:
         under ADAPT_MARGIN of the choice's time (by the median ratio). When the choice itself now runs over
         SLOW_FACTOR x its time when chosen, the next run compares every way, as `_observe` has it: a pair
         of ways chosen between beside a busy process went to the pool, and the rechecks reached inline,
-        the fastest then, only seconds later."""
+        the fastest then, only seconds later. In one call; `run` spreads the same over its runs
+        (`_recheck_trial`)."""
+        trial = self._recheck_trial()
+        if trial is not None:
+            t0 = time.perf_counter()
+            times = self._interleaved(inputs, trial.plans, trial.cycles, trial.block)
+            self._rechecked(times, time.perf_counter() - t0)
+
+    def _recheck_trial(self) -> Trial | None:
+        """The recheck's comparison of the choice and its rival, to spread over the coming runs; None
+        when the rival cannot run here (then the next recheck tries the next way)."""
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
         if rival == "cooperative" and not self._cooperative_ok():  # a record's rivals: not here
             self._choice = Choice(best, others[1:], plans, self._choice.recheck_at, self._choice.expected)
-            return
-        t0 = time.perf_counter()
-        times = self._interleaved(inputs, {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
+            return None
+        return Trial.of("recheck", {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
+
+    def _rechecked(self, times: dict[str, list[float]], spent: float) -> None:
+        """The recheck's verdict on `times` (the choice's and its rival's, `spent` seconds all told)."""
+        assert self._choice is not None
+        best, others, plans = self._choice.way, self._choice.others, self._choice.plans
+        rival = others[0]
         ratio = _median_ratio(times[rival], times[best])
         now = statistics.median(times[best])
         expected = now
@@ -206,7 +281,7 @@ class Adaptive:
         if self._choice.expected and now > SLOW_FACTOR * self._choice.expected:
             self._mark_slowed(self._choice, now)  # the choice itself slowed
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
-        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, (done - t0) / RECHECK_SHARE),
+        self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, spent / RECHECK_SHARE),
                               expected)
 
     def _observe(self, seconds: float) -> None:
@@ -237,6 +312,12 @@ class Adaptive:
         self._compare_again_at = done + (done - t0) / RECHECK_SHARE
         self.adapt_note += f" (compared again: {why})"
 
+    def _again_trial(self) -> Trial:
+        """`_compare_again`'s comparison, spread over the coming runs."""
+        why, self._slowed = self._slowed, ""
+        trial = self._new_trial()
+        return Trial.of("again", trial.plans, trial.cycles, trial.block, why)
+
     def _interleaved(self, inputs: Sequence[np.ndarray], plans: dict[str, list[str]], cycles: int,
                      block: int) -> dict[str, list[float]]:
         """Seconds a run of each plan takes, one entry a cycle: each cycle runs every plan `block` times in
@@ -255,9 +336,127 @@ class Adaptive:
         return times
 
     def _count(self, inputs: Sequence[np.ndarray]) -> None:
+        """Count a run; under `auto`, from the ADAPT_AFTER-th run on: have the other ways prepared in the
+        background once that is worth it (`_worth_preparing`), and once they are, compare them over the
+        next runs (a Trial). A run never waits for a build."""
         self._runs += 1
-        if self._runs == ADAPT_AFTER or (self._runs == 1 and self.preferred):
+        if self._runs == 1 and self.preferred:
             self.settle(inputs)
+        elif (self._runs >= ADAPT_AFTER and self.execution == "auto" and self.companion is not None
+              and not self.adapt_note and self._trial is None):
+            if self._preparing == "running":
+                self._poll_preparing()
+            if self._preparing == "ready":
+                self._trial = self._new_trial()
+            elif not self._preparing and self._worth_preparing():
+                self._start_preparing()
+
+    def waiting_note(self) -> str:
+        """Why `auto` runs on the pool and has not chosen yet ("" once it has, or where it never chooses):
+        what tessel-run prints in place of the choice."""
+        if self.adapt_note or self.execution != "auto" or self.companion is None:
+            return ""
+        if self._trial is not None:
+            return (f"auto: comparing the ways over the runs, {self._trial.at} of {len(self._trial.order)} "
+                    "runs done")
+        if self._preparing == "running":
+            return "auto: the other ways are being built in the background"
+        if self._estimate is not None:
+            cost, saving = self._estimate
+            return (f"auto: building the other ways (~{cost:.1f} s) does not pay yet: {self._runs} runs, "
+                    f"{saving * 1e3:.3f} ms a run saved at most")
+        return f"auto: on the pool for its first {ADAPT_AFTER} runs"
+
+    # the other ways, prepared in the background ----------------------------------------------------------
+    def _prepare_estimate(self) -> tuple[float, float]:
+        """(seconds building the inline and cooperative programs would take here, seconds a run might save
+        on them). A program built on this machine before costs a load (the driver's or tessel's cache has
+        it); one never built, its source's size at this device's measured cold rate. The saving: the
+        pool's dispatch, the calibrated launch cost (LAUNCH_US where none was measured) for each launch."""
+        from . import cache
+
+        folder, fingerprint = self._records_folder(), self._fingerprint()
+        cost = 0.0
+        for way, devices in (("inline", [self.companion]), ("cooperative", [self.device, self.companion])):
+            if not cache.was_built(folder, cache.built_key(self._source, way, devices)):
+                cost += len(self._source) / 1024 * cache.cold_rate(folder, fingerprint)
+        launch_us = LAUNCH_US
+        try:
+            from .profile import load_peaks
+
+            peaks = load_peaks(self.device)
+            if peaks is not None and peaks.launch_us > 0:
+                launch_us = peaks.launch_us
+        except Exception:  # noqa: BLE001 - a missing or odd store: the default
+            pass
+        return cost, len(self._live) * launch_us * 1e-6
+
+    def _worth_preparing(self) -> bool:
+        """Whether preparing the other ways pays for itself over this process's expected life: as many
+        runs again as it has made so far (a process that ran a model 8 times is as likely to stop soon as
+        one that ran it 10 000 times is to go on), each saving at most the pool's dispatch. A cold build of
+        a large model (20 s) starts only in a process that has run it long enough; a cached one at once."""
+        if self._estimate is None:
+            self._estimate = self._prepare_estimate()
+        cost, saving = self._estimate
+        return self._runs * saving >= cost
+
+    def _start_preparing(self) -> None:
+        """Have a child process build the inline and cooperative programs and compile their kernels
+        (prepare.py: PoCL compiles a kernel at its first launch, under a lock the pool's launches take,
+        so compiling in this process stalls its runs); `_count` polls it at each run."""
+        from .prepare import Preparer
+
+        if not any(f is self.func for f in self.module.funcs):
+            self._preparing = "failed: the func is not its module's (a specialized size)"
+            return
+        try:
+            self._preparer = Preparer(self.module, self.func.name)
+        except OSError as e:
+            self._preparing = f"failed: {e}"
+            return
+        self._preparing = "running"
+
+    def _poll_preparing(self) -> None:
+        state = self._preparer.poll() if self._preparer is not None else "failed: no preparing process"
+        if state is not None:
+            self._preparing, self._preparer = state, None
+            if state != "ready":
+                self.adapt_note = f"pool: preparing the other ways failed ({state[len('failed: '):]})"
+
+    def _new_trial(self) -> Trial:
+        """The comparison `_adapt` makes in one call, spread over the coming runs (no hybrid plan: its
+        step timings would stall a run)."""
+        n = len(self._live)
+        plans = {"pool": ["pool"] * n, "inline": ["inline"] * n}
+        if self._cooperative_ok():
+            plans["cooperative"] = ["cooperative"] * n
+        pool = self._pool_seconds or 1e-3
+        long = pool > ADAPT_MAX_SECONDS
+        if long:
+            del plans["inline"]
+        block = 1 if long else 2
+        cycles = min(ADAPT_CYCLES[1], max(ADAPT_CYCLES[0], int(ADAPT_SECONDS / (block * pool * len(plans)))))
+        return Trial.of("adapt", plans, cycles, block)
+
+    def _trial_run(self, trial: Trial, inputs: Sequence[np.ndarray], on_device: bool) -> list[Any]:
+        """One run of a Trial: on its next way, timed; the last one chooses."""
+        self.place(trial.plans[trial.next()])
+        t0 = time.perf_counter()
+        results = self.enqueue(inputs, on_device)[0]
+        if trial.record(time.perf_counter() - t0):
+            self._trial = None
+            if trial.kind == "recheck":
+                self._rechecked(trial.times, trial.spent)
+                return results
+            ratio = {k: _median_ratio(v, trial.times["pool"]) for k, v in trial.times.items()}
+            self._choose(trial.plans, ratio, statistics.median(trial.times["pool"]))
+            if trial.kind == "again":
+                self._compare_again_at = time.perf_counter() + trial.spent / RECHECK_SHARE
+                self.adapt_note += f" (compared again: {trial.why})"
+            else:
+                self.adapt_note += " (compared over the runs)"
+        return results
 
     def _prefer(self) -> None:
         """`auto` with a tuning record's way: run that way from now on (the pool when it is not possible
@@ -275,13 +474,32 @@ class Adaptive:
 
     def settle(self, inputs: Sequence[np.ndarray]) -> None:
         """Under `auto`, choose among the pool, the inline device and a hybrid of both now (once), on these
-        inputs; a no-op otherwise. `run` calls it at its ADAPT_AFTER-th run; benchmarks call it before
-        timing."""
+        inputs, building what that needs (it may take as long as the model's first build); a no-op
+        otherwise. Benchmarks call it before timing; `run` never does (but with a tuning record's way,
+        at the first run): it prepares the other ways in the background and compares them over its runs."""
         if self.execution == "auto" and self.companion is not None and not self.adapt_note:
+            if self._preparer is not None:  # it fills the caches this will build from: wait for it
+                self._preparer.proc.wait()
+                self._poll_preparing()
+            self._trial = None
             if self.preferred:
                 self._prefer()
             else:
                 self._adapt(inputs)
+            self._note_prepared()
+
+    def _note_prepared(self) -> None:
+        """Record the other ways' programs this executable built (a later process's `auto` then counts
+        them as cached)."""
+        from . import cache
+
+        folder, fingerprint = self._records_folder(), self._fingerprint()
+        built = [("inline", [self.companion], self._inline is not None),
+                 ("cooperative", [self.device, self.companion], self._cooperative is not None)]
+        for way, devices, done in built:
+            key = cache.built_key(self._source, way, devices)
+            if done and not cache.was_built(folder, key):
+                cache.note_built(folder, key, 0.0, len(self._source.encode()), fingerprint, cold=False)
 
 
 def _median_ratio(times: Sequence[float], pool: Sequence[float]) -> float:
@@ -313,3 +531,4 @@ def hybrid_plan(pool_us: Sequence[float], inline_us: Sequence[float], launch_poo
         best = nxt
     ends = {side: cost + (finish if side == "pool" else 0.0) for side, (cost, _) in best.items()}
     return best[min(ends, key=lambda k: ends[k])][1]
+

@@ -21,9 +21,12 @@ import hashlib
 import os
 import secrets
 import struct
+import threading
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import device as dev
@@ -34,7 +37,50 @@ PROGRAM_FORMAT = "program/1"
 """Part of every program key: a change to how programs are stored gives new keys, not bad entries."""
 
 PROGRAM_LOADS: Counter[str] = Counter()
-"""How this process got its programs: "binary" (from the disk cache) or "source" (built, then stored)."""
+"""How this process got its programs: "binary" (from the disk cache), "source" (built, then stored) or
+"driver" (built by a driver that keeps its own cache: `stores_binaries`)."""
+
+
+@dataclass
+class Build:
+    """One program this process built or loaded: what `--time-build` prints a line of."""
+
+    name: str
+    """What the program is for: 'model', 'inline', 'cooperative', ..."""
+    source_bytes: int
+    kernels: int
+    seconds: float
+    how: str
+    """'binary' (a hit: loaded from tessel's cache), 'source' (a miss: built, then stored) or 'driver'
+    (handed to a driver that keeps its own cache: a hit or a miss there)."""
+
+
+class BuildLog:
+    """Every program build of this process, in order (`BUILD_LOG`); `mark()` and `since(mark)` give the
+    builds of one stretch of work (a compile, a load, a run)."""
+
+    def __init__(self) -> None:
+        self.builds: list[Build] = []
+        self._lock = threading.Lock()
+
+    def add(self, build: Build) -> None:
+        with self._lock:
+            self.builds.append(build)
+
+    def mark(self) -> int:
+        return len(self.builds)
+
+    def since(self, mark: int = 0) -> list[Build]:
+        return self.builds[mark:]
+
+    def summary(self, mark: int = 0) -> dict[str, Any]:
+        builds = self.since(mark)
+        return {"programs": len(builds), "misses": sum(b.how == "source" for b in builds),
+                "source_bytes": sum(b.source_bytes for b in builds),
+                "seconds": sum(b.seconds for b in builds)}
+
+
+BUILD_LOG = BuildLog()
 
 
 class CacheWarning(UserWarning):
@@ -186,13 +232,43 @@ def _binaries(prg: Any, devices: Sequence[Any]) -> list[bytes] | None:
     return [bytes(b) for b in binaries]
 
 
+def stores_binaries(devices: Sequence[Any]) -> bool:
+    """Whether tessel keeps the binaries of programs for `devices` (TESSEL_PROGRAM_BINARIES: "always",
+    "never", or "auto", the default: unless the driver keeps its own cache). PoCL (POCL_KERNEL_CACHE on,
+    its default) keeps every program it builds and every kernel it compiles for a work-group size, keyed
+    by the source and options; asking it for a program's binaries compiles each kernel once more for any
+    work-group size (squeezenet: 11 s on top of the 9 s its first run compiles), and loading those binaries
+    still compiles each kernel for its work-group size on its first launch, so on PoCL tessel's copy cost
+    a cold first run half its time and saved a warm one a second."""
+    setting = os.environ.get("TESSEL_PROGRAM_BINARIES", "auto").strip().lower()
+    if setting in ("always", "never"):
+        return setting == "always"
+    own = all("Portable Computing Language" in d.platform.name for d in devices)
+    return not (own and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
+
+
 def build_program(context: Any, source: str, options: Sequence[str], devices: Sequence[Any],
-                  folder: str) -> Any:
+                  folder: str, name: str = "program") -> Any:
     """The program of `source` built for `devices` (all the context's when empty): from the binaries
     cached in `folder` when they are there and sound, else from source (then cached). A build error from
-    source raises pyopencl's RuntimeError."""
+    source raises pyopencl's RuntimeError. Each build goes to BUILD_LOG under `name`."""
+    t0 = time.perf_counter()
+    prg, how = _build_program(context, source, options, devices, folder)
+    BUILD_LOG.add(Build(name, len(source.encode()), source.count("__kernel"), time.perf_counter() - t0, how))
+    return prg
+
+
+def _build_program(context: Any, source: str, options: Sequence[str], devices: Sequence[Any],
+                   folder: str) -> tuple[Any, str]:
     cl = dev.cl()
     devs = [d for d in context.devices if not devices or d in devices]
+    if not stores_binaries(devs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prg = cl.Program(context, source).build(options=list(options), devices=list(devices) or None,
+                                                    cache_dir=False)
+        PROGRAM_LOADS["driver"] += 1
+        return prg, "driver"
     path = os.path.join(folder, program_key(source, options, devs) + ".bin")
     payload = read_entry(path)
     if payload is not None:
@@ -204,7 +280,7 @@ def build_program(context: Any, source: str, options: Sequence[str], devices: Se
                 warnings.simplefilter("ignore")  # pyopencl's CompilerWarning: build logs
                 prg = cl.Program(context, devs, binaries).build(options=list(options), devices=devs)
             PROGRAM_LOADS["binary"] += 1
-            return prg
+            return prg, "binary"
         except (ValueError, cl.Error) as e:
             lines = str(e).strip().splitlines()
             discard(path, f"the cached program does not load ({lines[0] if lines else type(e).__name__})")
@@ -217,4 +293,62 @@ def build_program(context: Any, source: str, options: Sequence[str], devices: Se
     binaries = _binaries(prg, devs)
     if binaries is not None:
         write_entry(path, _pack(binaries))
-    return prg
+    return prg, "source"
+
+
+# build records -------------------------------------------------------------------------------------------
+COLD_SECONDS_PER_KB = 0.03
+"""What building a program from source and compiling its kernels at their first launches costs a KiB of
+source where nothing was measured on this device yet (PoCL on an AMD EPYC: densenet121's 960 KiB 24 s,
+resnet50's 302 KiB 9.5 s; on the Xeon VM squeezenet's 277 KiB 10 s); tuner.py reserves time with it."""
+BUILT = "built.json"
+
+
+def built_key(source: str, way: str, devices: Sequence[Any]) -> str:
+    """The key of a model's program for one way of running it ('model', 'inline', 'cooperative') on
+    `devices`, in the build records."""
+    parts = [PROGRAM_FORMAT, way, source, dev.cl().VERSION_TEXT, *(dev.fingerprint(d) for d in devices)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _records(folder: str) -> dict[str, Any]:
+    import json
+
+    payload = read_entry(os.path.join(folder, BUILT))
+    try:
+        table = json.loads(payload) if payload else {}
+    except ValueError:
+        table = {}
+    return table if isinstance(table, dict) else {}
+
+
+def was_built(folder: str, key: str) -> bool:
+    """Whether a program of this key was built and its kernels compiled on this machine before (so the
+    driver's cache, or tessel's, holds it: building it again costs a load, not a compile)."""
+    return key in _records(folder).get("programs", {})
+
+
+def cold_rate(folder: str, fingerprint: str) -> float:
+    """Seconds a KiB of source took the last time a program was built cold on this device (a build and
+    its kernels' first launches), else COLD_SECONDS_PER_KB."""
+    rate = _records(folder).get("rates", {}).get(fingerprint)
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else COLD_SECONDS_PER_KB
+
+
+def note_built(folder: str, key: str, seconds: float, source_bytes: int, fingerprint: str,
+               cold: bool) -> None:
+    """Record that the program `key` is built on this machine; `cold`: it was built from nothing in
+    `seconds` (its build and its kernels' first launches), which updates the device's rate."""
+    import json
+
+    path = os.path.join(folder, BUILT)
+    with locked(path):
+        table = _records(folder)
+        programs = table.setdefault("programs", {})
+        programs[key] = round(seconds, 3)
+        if len(programs) > 4096:  # the oldest first: dicts keep their order
+            for old in list(programs)[: len(programs) - 4096]:
+                del programs[old]
+        if cold and source_bytes >= 4096:
+            table.setdefault("rates", {})[fingerprint] = seconds / (source_bytes / 1024)
+        write_entry(path, json.dumps(table).encode())

@@ -87,6 +87,16 @@ def pick_device(spec: str | None = None) -> Any:
     return hits[0]
 
 
+def locate(d: Any) -> tuple[int, int] | None:
+    """(platform index, device index) of `d` in pyopencl's lists: how another process of this machine
+    (same environment) finds the same device; None when it is not listed."""
+    for p, platform in enumerate(cl().get_platforms()):
+        for i, other in enumerate(platform.get_devices()):
+            if other == d:
+                return p, i
+    return None
+
+
 def _pocl_driver(d: Any) -> tuple[str, str] | None:
     """('pthread', 'haswell-AMD EPYC') for a PoCL CPU device, else None."""
     if "Portable Computing Language" not in d.platform.name:

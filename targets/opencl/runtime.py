@@ -24,7 +24,8 @@ from ...ir.diagnostics import Diagnostic, DiagnosticError
 from ...ir.ops.registry import OpError, get_op, op_sig
 from . import cache as program_cache
 from . import device as dev
-from .adapt import ADAPT_AFTER, Adaptive, Choice, SlowRuns
+from .adapt import Adaptive, Choice, SlowRuns, Trial
+from .cache import BUILD_LOG as BUILD_LOG
 from .checks import RunChecks, bounds_checked, env_flag
 from .memory import check_memory
 
@@ -39,7 +40,8 @@ def cache_dir() -> str:
     return base
 
 
-def build_program(context: Any, source: str, options: Sequence[str] = (), devices: Sequence[Any] = ()) -> Any:
+def build_program(context: Any, source: str, options: Sequence[str] = (), devices: Sequence[Any] = (),
+                  name: str = "program") -> Any:
     """Build once per (source, context, devices) in this process (all the context's devices when none are
     named); on disk, cache.py keeps the binaries under <cache>/opencl, checked by hash on every load."""
     cl = dev.cl()
@@ -52,7 +54,7 @@ def build_program(context: Any, source: str, options: Sequence[str] = (), device
     if prg is None:
         try:
             prg = program_cache.build_program(
-                context, source, ["-w", *options], devices, os.path.join(cache_dir(), "opencl")
+                context, source, ["-w", *options], devices, os.path.join(cache_dir(), "opencl"), name
             )
         except cl.RuntimeError as e:
             raise DiagnosticError(Diagnostic("error", f"the OpenCL program does not build: {e}")) from None
@@ -82,8 +84,9 @@ EXECUTIONS = ("auto", "pool", "inline", "cooperative")
 """How an Executable runs on a device with an inline companion (device.inline_companion): `pool` on the
 device's own queue (PoCL's worker threads), `inline` on the companion's (the calling thread),
 `cooperative` as persistent kernels whose work-groups both share (cooperative.py), `auto` on the pool until
-ADAPT_AFTER runs, then on whichever ran that model fastest: the pool, inline, cooperative, or a hybrid plan
-of pool and inline (adapt.py; docs/opencl.md "Execution")."""
+the other ways are built (in the background, once that pays: adapt.py) and compared over the runs, then on
+whichever ran that model fastest (`settle` also tries a hybrid plan of pool and inline; docs/opencl.md
+"Execution")."""
 @dataclass
 class RunStats:
     seconds: list[float] = field(default_factory=list)
@@ -137,6 +140,11 @@ class Executable(Adaptive):
         self._inline: tuple[Any, list[Any]] | None = None  # (queue, kernels per step)
         self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)
         self._cooperative_tried = False  # whether _cooperative_runner has tried to make it
+        self._trial: Trial | None = None  # `auto`'s comparison in progress over the runs
+        self._preparing = ""  # the other ways' background build: "", "running", "ready" or "failed: why"
+        self._preparer: Any = None  # the prepare.Preparer (child process) while it runs
+        self._estimate: tuple[float, float] | None = None  # (their build seconds, a run's saving)
+        self._pool_seconds = 0.0  # the last run's seconds on the pool
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -150,7 +158,10 @@ class Executable(Adaptive):
         self._source = source
         check_memory(func, self.device)  # too big for the device: say so before building or allocating
         t0 = time.perf_counter()
-        self.program = build_program(self.context, source, devices=[self.device])
+        self._built_key = program_cache.built_key(source, "model", [self.device])
+        self._cold = not program_cache.was_built(self._records_folder(), self._built_key)
+        """Whether this model's program was never built here: its first run then compiles the kernels."""
+        self.program = build_program(self.context, source, devices=[self.device], name="model")
         self.build_seconds = time.perf_counter() - t0
         # the memory plan's slots (and the inputs below) in fine-grained SVM where the device has it (PoCL
         # on a CPU): a run then writes its inputs and reads its outputs with host copies instead of
@@ -182,6 +193,12 @@ class Executable(Adaptive):
         self._pool_queue = self.queue
         self._live = [i for i, s in enumerate(self.steps) if all(s.global_size)]  # the steps with work
         self._use_pool()
+        self._warming: list[Any] = []  # warm.py's children compiling this program's kernels
+        if (self._cold and self.running_on in ("pool", "device") and self.execution in ("auto", "pool")
+                and not self.preferred and not program_cache.stores_binaries([self.device])):
+            from . import warm
+
+            self._warming = warm.start(self)
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
         if self.execution == "cooperative":
@@ -191,6 +208,12 @@ class Executable(Adaptive):
                     "and fine-grained SVM"))
 
     def __del__(self) -> None:
+        if getattr(self, "_warming", None):
+            from . import warm
+
+            warm.stop(self._warming)
+        if getattr(self, "_preparer", None) is not None:
+            self._preparer.close()
         if getattr(self, "_cooperative", None):
             self._cooperative.drain()  # a worker may still be leaving the last run: keep its buffers
 
@@ -314,7 +337,7 @@ class Executable(Adaptive):
         share), made the first time."""
         assert self.companion is not None
         if self._inline is None:
-            prg = build_program(self.context, self._source, devices=[self.companion])
+            prg = build_program(self.context, self._source, devices=[self.companion], name="inline")
             kernels = []
             for s in self.steps:
                 k = self.cl.Kernel(prg, s.name)
@@ -378,7 +401,7 @@ class Executable(Adaptive):
                 program = None
                 if any(seg.kernel for seg in the_plan.segments):
                     program = build_program(self.context, the_plan.source,
-                                            devices=[self.device, self.companion])
+                                            devices=[self.device, self.companion], name="cooperative")
                 kernels = self._inline_kernels()[1]
                 inline = [(kernels[i], s.global_size, s.local_size)
                           for i, s in zip(self._live, steps, strict=True)]
@@ -490,17 +513,49 @@ class Executable(Adaptive):
         b, dims, dtype = what
         return DeviceArray(self, b, None, tuple(dims), np.dtype(dtype))
 
+    def _records_folder(self) -> str:
+        return os.path.join(cache_dir(), "opencl")
+
+    def _fingerprint(self) -> str:
+        return dev.fingerprint(self.device)
+
+    def _first_run(self, seconds: float) -> None:
+        """After the first run: record that the program is built here, and (when it was built from
+        nothing) the device's cold rate, from its build and this run (the kernels' first launches)."""
+        compilers = 1 + len(self._warming)  # processes that compiled its kernels side by side
+        if self._warming:
+            from . import warm
+
+            warm.stop(self._warming)
+            self._warming = []
+        if self._cold:  # the rate is one process's: what building the other ways alone will take
+            program_cache.note_built(self._records_folder(), self._built_key,
+                                     self.build_seconds + seconds * compilers, len(self._source.encode()),
+                                     self._fingerprint(), self._cold)
+            self._cold = False
+
     def run(self, inputs: Sequence[Any], on_device: bool = False) -> list[Any]:
         """The results for `inputs` (arrays, or DeviceArrays another run left on the device); with
         `on_device`, DeviceArrays over this executable's result slots, valid until its next run."""
+        first = self._runs == 0
         self._count(inputs)
+        if self._trial is not None:
+            return self._trial_run(self._trial, inputs, on_device)
         choice = self._choice
         if choice is None:
-            return self.enqueue(inputs, on_device)[0]
-        if self._slowed:
-            self._compare_again(inputs)
-        elif choice.others and time.perf_counter() >= choice.recheck_at:
-            self._recheck(inputs)
+            t0 = time.perf_counter()
+            results = self.enqueue(inputs, on_device)[0]
+            self._pool_seconds = time.perf_counter() - t0
+            if first:
+                self._first_run(self._pool_seconds)
+            return results
+        if self._slowed:  # the choice's runs slowed: compare every way again, over the coming runs
+            self._trial = self._again_trial()
+            return self._trial_run(self._trial, inputs, on_device)
+        if choice.others and time.perf_counter() >= choice.recheck_at:
+            self._trial = self._recheck_trial()
+            if self._trial is not None:
+                return self._trial_run(self._trial, inputs, on_device)
         t0 = time.perf_counter()
         results = self.enqueue(inputs, on_device)[0]
         self._observe(time.perf_counter() - t0)
@@ -513,11 +568,14 @@ class Executable(Adaptive):
         results: list[np.ndarray] = []
         for _ in range(warmup):
             results = self.run(inputs)
-        if repeat >= ADAPT_AFTER:
-            self.settle(inputs)
         stats = RunStats()
         for _ in range(max(repeat, 1)):
             self._count(inputs)
+            if self._trial is not None:  # `auto` comparing the ways over these runs
+                t0 = time.perf_counter()
+                results = self._trial_run(self._trial, inputs, False)
+                stats.seconds.append(time.perf_counter() - t0)
+                continue
             t0 = time.perf_counter()
             results, events = self.enqueue(inputs)
             stats.seconds.append(time.perf_counter() - t0)

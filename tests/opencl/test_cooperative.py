@@ -15,7 +15,6 @@ from tessel.frontends.onnx.importer import import_model
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
 from tessel.targets.opencl import device as dev
-from tessel.targets.opencl.adapt import ADAPT_AFTER
 from tessel.targets.opencl.lower import lower_module
 from tessel.targets.opencl.runtime import Executable
 
@@ -216,7 +215,7 @@ def test_auto_measures_cooperative_and_profiles_it() -> None:
     m = lowered()
     exe = Executable(m, m.funcs[0], profile=True)
     x = inputs(m.funcs[0], 0)
-    _, stats = exe.measure(x, ADAPT_AFTER)
+    exe.settle(x)
     assert "cooperative " in exe.adapt_note
     exe.place(["cooperative"] * len(exe._live))
     _, stats = exe.measure(x, 3)

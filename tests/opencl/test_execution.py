@@ -1,7 +1,8 @@
 """Where a lowered model runs on PoCL's CPU device (runtime.EXECUTIONS): on the worker pool, inline on the
-calling thread (PoCL's basic device, the pool device's inline companion), or `auto`, which starts on the
-pool and settles on the faster of the two at its ADAPT_AFTER-th run. The two devices run the same kernels
-on the same buffers, so results are bit-identical whichever runs them."""
+calling thread (PoCL's basic device, the pool device's inline companion), cooperatively, or `auto`, which
+starts on the pool and, from its ADAPT_AFTER-th run, has the other ways built by a child process once that
+pays for itself, then compares them over its runs (no run waits for a build or a comparison). The devices
+run the same kernels on the same buffers, so results are bit-identical whichever runs them."""
 
 from __future__ import annotations
 
@@ -68,21 +69,112 @@ def test_pool_and_inline_agree_bit_for_bit() -> None:
             assert a.tobytes() == b.tobytes()
 
 
-def test_auto_settles_at_the_adapt_run_and_keeps_the_results() -> None:
+def test_auto_builds_nothing_that_does_not_pay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the other ways would cost more than the runs so far could save (a cold cache, a short
+    process): `auto` stays on the pool, starts no build and says why; `measure` never settles either."""
     needs_companion()
+    from tessel.targets.opencl import adapt
+
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (100.0, 1e-3))
     m = lowered()
     exe = Executable(m, m.funcs[0], execution="auto")
     x = inputs(m.funcs[0], 0)
     first = exe.run(x)
     for _ in range(ADAPT_AFTER - 2):
         exe.run(x)
-    assert exe.running_on == "pool" and not exe.adapt_note  # a short-lived executable measures nothing
-    last = exe.run(x)  # the ADAPT_AFTER-th run
-    assert exe.running_on in ("pool", "inline", "hybrid", "cooperative")
-    assert exe.adapt_note.startswith(exe.running_on + ": ")
-    assert "pool " in exe.adapt_note and "inline " in exe.adapt_note and exe.adapt_note.endswith(" ms a run")
-    for a, b in zip(first, last, strict=True):
+    assert exe.waiting_note() == f"auto: on the pool for its first {ADAPT_AFTER} runs"
+    _, stats = exe.measure(x, 3 * ADAPT_AFTER, warmup=0)
+    assert len(stats.seconds) == 3 * ADAPT_AFTER
+    assert exe.running_on == "pool" and not exe.adapt_note and not exe._preparing
+    assert exe._inline is None and exe._cooperative is None  # nothing built
+    assert exe.waiting_note() == (f"auto: building the other ways (~100.0 s) does not pay yet: "
+                                  f"{4 * ADAPT_AFTER - 1} runs, 1.000 ms a run saved at most")
+    for a, b in zip(first, exe.run(x), strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+def test_worth_preparing_weighs_the_runs_so_far_against_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other ways are built once the runs so far, each saving at most the estimate, add up to the
+    build's cost (the process is expected to run as long again)."""
+    from tessel.targets.opencl import adapt
+
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (2.0, 1e-3))
+    probe = adapt.Adaptive()
+    probe._estimate = None
+    for runs, worth in ((8, False), (1999, False), (2000, True), (5000, True)):
+        probe._runs = runs
+        assert probe._worth_preparing() is worth, runs
+
+
+def test_prepare_estimate_counts_cold_builds_and_not_cached_ones(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A way never built here costs its source's size at the device's cold rate; one the build records
+    say was built here costs nothing (the caches hold it). The saving: a calibrated launch per step."""
+    needs_companion()
+    from tessel.targets.opencl import cache
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    kb = len(exe._source) / 1024
+    cost, saving = exe._prepare_estimate()
+    assert cost == pytest.approx(2 * kb * cache.COLD_SECONDS_PER_KB)
+    assert saving > 0
+    folder, fp = exe._records_folder(), exe._fingerprint()
+    inline = cache.built_key(exe._source, "inline", [exe.companion])
+    cache.note_built(folder, inline, 1.0, 8192, fp, cold=True)
+    assert cache.cold_rate(folder, fp) == pytest.approx(1.0 / 8)  # measured: 1 s for 8 KiB
+    assert exe._prepare_estimate()[0] == pytest.approx(kb / 8)  # the cooperative way, at that rate
+    cache.note_built(folder, cache.built_key(exe._source, "cooperative", [exe.device, exe.companion]), 0.0,
+                     8192, fp, cold=False)
+    assert exe._prepare_estimate()[0] == 0.0
+
+
+def test_trial_rotates_the_ways_and_keeps_each_cycles_fastest() -> None:
+    from tessel.targets.opencl.adapt import Trial
+
+    t = Trial.of("adapt", {"pool": [], "inline": []}, cycles=2, block=2)
+    assert [name for _, name in t.order] == ["pool", "pool", "inline", "inline",
+                                             "inline", "inline", "pool", "pool"]
+    done = [t.record(s) for s in (3.0, 2.0, 5.0, 4.0, 6.0, 7.0, 1.0, 9.0)]
+    assert done == [False] * 7 + [True]
+    assert t.times == {"pool": [2.0, 1.0], "inline": [4.0, 6.0]} and t.spent == 37.0
+
+
+def test_auto_prepares_in_a_child_process_then_compares_over_the_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once worth it (here: at once), `auto` has a child process build the inline and cooperative
+    programs and compile their kernels; this process then loads them from the caches (tessel's binaries
+    here, so a load shows as one) and compares the ways one run at a time; results stay bit-identical."""
+    needs_companion()
+    from tessel.targets.opencl import adapt, runtime
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TESSEL_PROGRAM_BINARIES", "always")
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
+    monkeypatch.setattr(runtime, "_PROGRAMS", {})  # as in a new process
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    x = inputs(m.funcs[0], 0)
+    first = exe.run(x)
+    for _ in range(ADAPT_AFTER - 1):
+        exe.run(x)
+    assert exe._preparing == "running" and exe.waiting_note() == (
+        "auto: the other ways are being built in the background")
+    mark = runtime.BUILD_LOG.mark()
+    exe._preparer.proc.wait(timeout=300)
+    runs = 0
+    while not exe.adapt_note:
+        for a, b in zip(first, exe.run(x), strict=True):
+            assert a.tobytes() == b.tobytes()
+        runs += 1
+        assert runs < 1000, exe.waiting_note()
+    assert exe._preparing == "ready" and exe.adapt_note.endswith(" (compared over the runs)"), exe.adapt_note
+    assert exe.adapt_note.startswith(exe.running_on + ": ") and "inline " in exe.adapt_note
+    built = {b.name: b.how for b in runtime.BUILD_LOG.since(mark)}
+    assert built.get("inline") == "binary", built  # the child built it; this process loaded it
+    if exe._cooperative is not None:
+        assert built.get("cooperative") == "binary", built
 
 
 def test_pool_never_adapts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,12 +187,15 @@ def test_pool_never_adapts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert exe.running_on == "pool" and not exe.adapt_note and len(stats.seconds) == ADAPT_AFTER + 2
 
 
-def test_measure_settles_before_timing() -> None:
+def test_settle_chooses_now_and_profiles_every_step() -> None:
+    """`settle` (what benchmarks call before timing) compares the ways at once, building what it needs."""
     needs_companion()
     m = lowered()
     exe = Executable(m, m.funcs[0], profile=True)
-    _, stats = exe.measure(inputs(m.funcs[0], 0), ADAPT_AFTER)
-    assert exe.adapt_note
+    x = inputs(m.funcs[0], 0)
+    exe.settle(x)
+    assert exe.adapt_note and not exe.waiting_note()
+    _, stats = exe.measure(x, ADAPT_AFTER)
     assert sorted(stats.kernel_ns) == [i for i, s in enumerate(exe.steps) if all(s.global_size)]
 
 
@@ -250,8 +345,9 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     assert exe.placement[0] == "inline" and ran[-1] == "inline"
     clock["now"] += adapt.RECHECK_SECONDS
     del ran[:]
+    through_trial(exe, x)  # one run at a time
+    assert ran.count("cooperative") == ran.count("inline") == 2 * adapt.RECHECK_CYCLES
     exe.run(x)
-    assert ran[:-1].count("cooperative") == ran[:-1].count("inline") == 2 * adapt.RECHECK_CYCLES
     assert exe.placement[0] == "cooperative" and ran[-1] == "cooperative"
     assert exe.adapt_note.startswith("cooperative: ")
     assert "rechecked: inline had been chosen" in exe.adapt_note
@@ -264,7 +360,7 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     assert exe._choice.others[0] == "inline"  # not yet
     # nothing beats cooperative now: the next recheck keeps it and moves on to the next way
     clock["now"] += wait
-    exe.run(x)
+    through_trial(exe, x)
     assert exe.placement[0] == "cooperative" and exe._choice is not None
     assert exe._choice.way == "cooperative" and exe._choice.others[-1] == "inline"
 
@@ -291,6 +387,13 @@ def test_auto_leaves_cooperative_out_when_pocl_pins_its_workers(monkeypatch: pyt
     assert exe._choice is not None and exe._choice.way == "pool" and "cooperative" not in exe._choice.plans
     monkeypatch.setenv("POCL_AFFINITY", "0")
     assert not adapt.workers_pinned()
+
+
+def through_trial(exe, x) -> None:  # noqa: ANN001
+    """Run `exe` until the comparison its next run starts (a recheck, or every way again) is done."""
+    exe.run(x)
+    while exe._trial is not None:
+        exe.run(x)
 
 
 def test_slow_runs_counts_six_slow_of_the_last_eight() -> None:
@@ -328,7 +431,8 @@ def test_auto_compares_again_when_another_process_slows_its_choice(monkeypatch: 
     del ran[:]
     for _ in range(adapt.SLOW_RUNS[0]):
         exe.run(x)
-    assert ran == ["cooperative"] * adapt.SLOW_RUNS[0]  # noticed, acted on at the next run
+    assert ran == ["cooperative"] * adapt.SLOW_RUNS[0]  # noticed, acted on from the next run
+    through_trial(exe, x)
     exe.run(x)
     assert exe._choice.way == "inline" and ran[-1] == "inline" and len(ran) > adapt.SLOW_RUNS[0] + 1
     assert not timed_steps and "hybrid" not in exe._choice.plans  # the quick comparison
@@ -354,10 +458,10 @@ def test_a_recheck_that_finds_its_choice_slowed_compares_every_way(monkeypatch: 
     assert exe._choice is not None and exe._choice.way == "cooperative" and exe._choice.others[0] == "pool"
     cost.update({"pool": 1.6, "inline": 1.05, "cooperative": 2.0, "hybrid": 1.5})
     clock["now"] += adapt.RECHECK_SECONDS
-    exe.run(x)
+    through_trial(exe, x)
     assert exe._choice.way == "pool" and "rechecked: cooperative had been chosen" in exe.adapt_note
     del ran[:]
-    exe.run(x)
+    through_trial(exe, x)
     assert exe._choice.way == "inline" and set(ran) >= {"pool", "inline", "cooperative"}
     assert "compared again: pool's runs had slowed" not in exe.adapt_note  # it was cooperative's time
     assert "compared again: cooperative's runs had slowed from 0.600 to 2.000 ms" in exe.adapt_note

@@ -206,6 +206,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     from tessel.targets.opencl import runtime
 
     monkeypatch.setenv("TESSEL_CACHE_DIR", str(folder))
+    monkeypatch.setenv("TESSEL_PROGRAM_BINARIES", "always")  # on PoCL too (its own cache: "auto" skips)
     monkeypatch.setattr(runtime, "_PROGRAMS", {})  # as in a new process
 
 
@@ -240,6 +241,44 @@ def test_programs_load_from_the_cache_and_a_bad_entry_is_rebuilt(tmp_path: Path,
         _one_warning(caught, str(entry), problem, "discarded and rebuilt")
         assert loads["source"] == before + 1
         assert read_entry(str(entry)) is not None  # stored again, sound
+
+
+@pytest.mark.parametrize(("setting", "pocl_cache", "platform", "stores"), [
+    ("", "", "Portable Computing Language", False),  # PoCL keeps its own: tessel's copy would cost
+    ("", "0", "Portable Computing Language", True),  # ... unless its cache is off
+    ("", "", "Intel(R) OpenCL", True),
+    ("always", "", "Portable Computing Language", True),
+    ("never", "", "Intel(R) OpenCL", False),
+])
+def test_program_binaries_are_kept_unless_the_driver_keeps_its_own(
+        monkeypatch: pytest.MonkeyPatch, setting: str, pocl_cache: str, platform: str, stores: bool) -> None:
+    from types import SimpleNamespace
+
+    for var, value in (("TESSEL_PROGRAM_BINARIES", setting), ("POCL_KERNEL_CACHE", pocl_cache)):
+        if value:
+            monkeypatch.setenv(var, value)
+        else:
+            monkeypatch.delenv(var, raising=False)
+    device = SimpleNamespace(platform=SimpleNamespace(name=platform))
+    assert cache.stores_binaries([device]) is stores
+
+
+@needs_opencl
+def test_a_driver_kept_program_is_built_and_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the driver keeps its own cache, tessel stores nothing and logs the build as the driver's."""
+    from tessel.targets.opencl import runtime
+
+    d = dev.pick_device()
+    if cache.stores_binaries([d]):
+        pytest.skip("this driver's programs are kept by tessel")
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(runtime, "_PROGRAMS", {})
+    mark = cache.BUILD_LOG.mark()
+    np.testing.assert_array_equal(_build_and_run(KERNEL + f"// {tmp_path.name}\n"),
+                                  np.arange(16, dtype=np.float32) * 2 + 1)
+    (build,) = cache.BUILD_LOG.since(mark)
+    assert (build.name, build.how, build.kernels) == ("program", "driver", 1)
+    assert not (tmp_path / "opencl").exists() or not list((tmp_path / "opencl").glob("*.bin"))
 
 
 # races ----------------------------------------------------------------------------------------------------
@@ -327,7 +366,8 @@ def test_two_processes_building_one_program_into_a_fresh_cache(tmp_path: Path) -
     folder = tmp_path / "cache"
     source = KERNEL + f"// {tmp_path.name}\n"
     outs = _race(tmp_path, PROGRAM_WORKER, lambda i, go: [go, source, str(i)],
-                 {"TESSEL_CACHE_DIR": str(folder), "PYTHONPATH": str(ROOT)})
+                 {"TESSEL_CACHE_DIR": str(folder), "PYTHONPATH": str(ROOT),
+                  "TESSEL_PROGRAM_BINARIES": "always"})
     loads = [tuple(map(int, out.split())) for out in outs]  # (programs loaded, of them built from source)
     assert all(n == 1 for n, _ in loads) and sum(built for _, built in loads) >= 1
     (entry,) = (folder / "opencl").glob("*.bin")

@@ -30,7 +30,7 @@ from typing import Any
 from ....ir.core import Module, Op
 from ....ir.parser import parse_module
 from ....passes.analysis import op_cost
-from ..cache import PROGRAM_LOADS
+from ..cache import COLD_SECONDS_PER_KB
 from ..kernels import load_all
 from ..kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable
 from ..records import EXECUTION_SPACE, Record, Tuning, label, merge
@@ -45,12 +45,12 @@ KERNEL_SHARE = 0.75
 MIN_NOISE = 0.01
 """The confirming run reverts this run's records only when the tuned model is slower by more than this
 and more than the spread of its cycles' ratios."""
-COMPILE_SECONDS_PER_KB = 0.03
-"""A cold build and first run of a program, per KiB of its OpenCL C, where the untuned program came from
-the cache and this device's own rate is unknown (PoCL on an AMD EPYC: densenet121's 960 KiB 24 s,
-resnet50's 302 KiB 9.5 s, squeezenet's 316 KiB 9.3 s): the confirming run builds the tuned program anew,
-since a changed source recompiles every kernel. When the untuned program is built from source, its own
-rate is used instead (Intel's CPU runtime: efficientnet_b0's program 38 s, where this prior reserved 29)."""
+COMPILE_SECONDS_PER_KB = COLD_SECONDS_PER_KB
+"""A cold build and first run of a program, per KiB of its OpenCL C (cache.py), where the untuned program
+was built on this machine before (the build records) and this device's own rate is unknown: the confirming
+run builds the tuned program anew, since a changed source recompiles every kernel. When the untuned
+program is built cold, its own rate is used instead (Intel's CPU runtime: efficientnet_b0's program 38 s,
+where this prior reserved 29)."""
 RESERVE_PER_KERNEL = 0.3
 """Seconds a distinct kernel adds to a whole-program build when the untuned program was not loaded here
 (Ray)."""
@@ -239,10 +239,11 @@ def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options
     t0 = time.perf_counter()
     module = _lowered(text, info, options, [], fingerprint)
     inputs = list(random_inputs(module.funcs[0], 0))
-    from_source = PROGRAM_LOADS["source"]
     exe = Executable(module, module.funcs[0], device, execution="pool")
-    from_source = PROGRAM_LOADS["source"] - from_source
-    exe.run(inputs)
+    cold = exe._cold  # never built on this machine (cache.py's build records)
+    t1 = time.perf_counter()
+    exe.run(inputs)  # on PoCL this compiles each kernel (at its first launch)
+    first = time.perf_counter() - t1
     build = time.perf_counter() - t0
     way = ""
     if exe.companion is not None:
@@ -252,7 +253,7 @@ def baseline(text: str, device: Any, info: DeviceInfo, fingerprint: str, options
         del auto
     source = next(str(o.attrs["source"]) for o in module.funcs[0].block.ops if o.name == "cl.program")
     kb = len(source) / 1024
-    return Baseline(exe, inputs, way, build, kb, exe.build_seconds / kb if from_source and kb else 0.0)
+    return Baseline(exe, inputs, way, build, kb, (exe.build_seconds + first) / kb if cold and kb else 0.0)
 
 
 def confirm(text: str, device: Any, info: DeviceInfo, fingerprint: str, options: dict[str, Any],

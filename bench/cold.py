@@ -1,0 +1,134 @@
+"""Cold and warm first runs: how long a user waits from `tessel.compile` to the first result.
+
+    python bench/cold.py [--suite light,zoo] [--models a,b] [--json FILE]
+
+Each model runs in two fresh child processes sharing one new cache folder (TESSEL_CACHE_DIR and
+POCL_CACHE_DIR point into it): the first finds the caches empty (cold), the second finds them filled by
+the first (warm). Each times the phases a user's first call goes through: calibrate (the device's peaks,
+measured on its first use on a machine: only the cold run pays it), import, opt, codegen (lowering to the
+OpenCL module), build (the programs built or loaded from the cache, with their count and source size),
+load (the rest of making the executable: weights, buffers, kernels) and the first `run` (on PoCL: each
+kernel compiled at its first launch), then the worst and the median of the next 50 calls and the
+programs built during them (`auto`'s other ways; it builds none that would not pay). Issue 38's goals: cold <= 5 s, warm <= 1.5 s, no call over 3x
+the median. A benchmark, never a test."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def child(name: str, repeat: int) -> dict:
+    """Run in the child process: the phases of one model's first run, in seconds."""
+    import tessel
+    from tessel import api
+    from tessel.targets.opencl import runtime
+
+    import bench
+
+    from tessel.targets.opencl import device as dev
+    from tessel.targets.opencl import profile
+
+    model, feeds = bench.load_model(name)
+    data = model.SerializeToString()
+    t = {}
+    t0 = time.perf_counter()
+    profile.peaks_for(dev.pick_device(None))  # the device's first use: calibrated once a machine
+    t["calibrate"] = time.perf_counter() - t0
+    mark = runtime.BUILD_LOG.mark()
+    t0 = time.perf_counter()
+    module = api.import_model_source(data)
+    t["import"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    api.optimize(module, 2)
+    t["opt"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    compiled = tessel.compile(module, opt_level=0)  # already optimized: lowering only (and loading)
+    total = time.perf_counter() - t0
+    report = runtime.BUILD_LOG.summary(mark)
+    t["build"] = report["seconds"]
+    t["codegen"] = compiled.codegen_seconds
+    t["load"] = max(0.0, total - t["codegen"] - t["build"])
+    t0 = time.perf_counter()
+    compiled.run(None, feeds)
+    t["first run"] = time.perf_counter() - t0
+    t["total"] = sum(t.values())
+    calls = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        compiled.run(None, feeds)
+        calls.append(time.perf_counter() - t0)
+    later = runtime.BUILD_LOG.summary(mark)
+    return {"phases": t, "programs": report["programs"], "source_kb": report["source_bytes"] / 1024,
+            "misses": report["misses"], "later_builds": later["programs"] - report["programs"],
+            "later_build_s": later["seconds"] - report["seconds"],
+            "median_ms": statistics.median(calls) * 1000, "worst_ms": max(calls) * 1000}
+
+
+def measure(name: str, repeat: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="tessel-cold-") as folder:
+        env = dict(os.environ, TESSEL_CACHE_DIR=os.path.join(folder, "tessel"),
+                   POCL_CACHE_DIR=os.path.join(folder, "pocl"))
+        env.pop("POCL_AFFINITY", None)
+        out = {}
+        for kind in ("cold", "warm"):
+            proc = subprocess.run([sys.executable, __file__, "--child", name, "--repeat", str(repeat)],
+                                  env=env, capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(f"{name} ({kind}): {proc.stderr.strip()[-2000:]}")
+            out[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return out
+
+
+PHASES = ("calibrate", "import", "opt", "codegen", "build", "load", "first run", "total")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default="light,zoo")
+    ap.add_argument("--models", default="", help="comma-separated names (default: the suites' models)")
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.repeat)))
+        return 0
+    from common import cpu_model
+
+    import bench
+
+    names = [m for m in args.models.split(",") if m] or [
+        n for s in args.suite.split(",") for n in bench.suite_models(s)]
+    print(f"CPU: {cpu_model()}; seconds; cold = empty caches, warm = the cold run's caches")
+    head = f"{'model':<18} {'kind':<5}" + "".join(f"{p:>10}" for p in PHASES) + \
+        f"{'programs':>9}{'src KB':>8}{'median ms':>10}{'worst ms':>9}{'later builds':>13}"
+    print(head)
+    rows = {}
+    for name in names:
+        rows[name] = measure(name, args.repeat)
+        for kind, r in rows[name].items():
+            print(f"{name:<18} {kind:<5}" + "".join(f"{r['phases'][p]:>10.2f}" for p in PHASES)
+                  + f"{r['programs']:>9}{r['source_kb']:>8.0f}{r['median_ms']:>10.2f}{r['worst_ms']:>9.2f}"
+                  + f"{r['later_builds']:>6} {r['later_build_s']:>5.2f}s", flush=True)
+    worst = {k: max(r[k]["phases"]["total"] for r in rows.values()) for k in ("cold", "warm")}
+    ratio = max(r["warm"]["worst_ms"] / r["warm"]["median_ms"] for r in rows.values())
+    print(f"worst total: cold {worst['cold']:.2f} s, warm {worst['warm']:.2f} s; worst call {ratio:.2f}x "
+          "its median (warm)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
