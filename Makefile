@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-resources bench-checked bench-wild soak conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-cold bench-resources bench-checked bench-wild soak conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -79,6 +79,12 @@ bench-quant: setup $(BENCH_STAMP)
 
 bench-resources: setup
 	$(BIN)/python bench/resources_bench.py
+
+# First runs (issue 38): each model in two fresh processes over one new cache folder, cold (empty caches:
+# calibration, import, opt, codegen, build, load, first run) then warm, with the worst of the next 50 calls
+# against their median; the wild suite where bench-wild fetched it. JSON in bench/results/cold-<time>.json.
+bench-cold: setup $(BENCH_STAMP)
+	$(BIN)/python bench/cold.py --suite light,zoo,wild --json bench/results/cold-$$(date +%Y%m%d-%H%M%S).json $(if $(MODELS),--models $(MODELS))
 
 # Checked runs (issue 19): every light model, the encoder, the zoo and the pytorch-converted models compiled
 # plain and with --check-bounds --poison in one process; says whether each ran clean (no out-of-bounds

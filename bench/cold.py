@@ -1,6 +1,6 @@
 """Cold and warm first runs: how long a user waits from `tessel.compile` to the first result.
 
-    python bench/cold.py [--suite light,zoo] [--models a,b] [--json FILE]
+    python bench/cold.py [--suite light,zoo,wild] [--models a,b] [--json FILE]
 
 Each model runs in two fresh child processes sharing one new cache folder (TESSEL_CACHE_DIR and
 POCL_CACHE_DIR point into it): the first finds the caches empty (cold), the second finds them filled by
@@ -28,6 +28,36 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+WILD = HERE / "wild"
+
+
+def wild_models() -> list[str]:
+    """The wild suite's models that bench/wild/fetch.py and reference.py have fetched and run."""
+    sys.path.insert(0, str(WILD))
+    from models import MODELS
+
+    return [m.id for m in MODELS if (WILD / "models" / f"{m.id}.A.npz").exists()]
+
+
+def load(name: str) -> tuple[bytes, dict]:
+    """A model's ONNX bytes and inputs: a light or zoo model (bench.py), or a wild one at its size A
+    (the inputs reference.py saved)."""
+    import bench
+    import numpy as np
+
+    path = WILD / "models" / f"{name}.onnx"
+    if path.exists():
+        import onnx
+
+        model = onnx.load(str(path))
+        names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+        data = np.load(WILD / "models" / f"{name}.A.npz")
+        arrays = [data[k] for k in sorted(data.files) if k.startswith("in_")]
+        return path.read_bytes(), dict(zip(names, arrays, strict=True))
+    model, feeds = bench.load_model(name)
+    return model.SerializeToString(), feeds
+
+
 def child(name: str, repeat: int) -> dict:
     """Run in the child process: the phases of one model's first run, in seconds."""
     import tessel
@@ -39,8 +69,7 @@ def child(name: str, repeat: int) -> dict:
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl import profile
 
-    model, feeds = bench.load_model(name)
-    data = model.SerializeToString()
+    data, feeds = load(name)
     t = {}
     t0 = time.perf_counter()
     profile.peaks_for(dev.pick_device(None))  # the device's first use: calibrated once a machine
@@ -109,7 +138,7 @@ def main() -> int:
     import bench
 
     names = [m for m in args.models.split(",") if m] or [
-        n for s in args.suite.split(",") for n in bench.suite_models(s)]
+        n for s in args.suite.split(",") for n in (wild_models() if s == "wild" else bench.suite_models(s))]
     print(f"CPU: {cpu_model()}; seconds; cold = empty caches, warm = the cold run's caches")
     head = f"{'model':<18} {'kind':<5}" + "".join(f"{p:>10}" for p in PHASES) + \
         f"{'programs':>9}{'src KB':>8}{'median ms':>10}{'worst ms':>9}{'later builds':>13}"

@@ -229,6 +229,11 @@ def _rewrite_ids(body: str, groups: Sequence[int], local: Sequence[int], dims: i
     return WORK_DIM.sub(str(dims), ID_CALL.sub(sub, body))
 
 
+def _variant(name: str, sizes: Sequence[Any], size: Any) -> str:
+    """The function of kernel `name` at `size`, one of the `sizes` it runs at: its own name when one."""
+    return name if len(sizes) == 1 else f"{name}_v{sizes.index(size)}"
+
+
 def dependencies(tasks: Sequence[Task], steps: Sequence[int]) -> dict[int, list[int]]:
     """For each step of a segment, the earlier steps of the segment it must wait for: those sharing bytes
     with it where either writes (transitively reduced: a step already implied by another is dropped)."""
@@ -288,7 +293,15 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
     if run:
         segments.append(Segment(tuple(run), f"tessel_coop_{len(segments)}"))
     # the program: each cooperative kernel as a function of its ids (two for a phased one), others dropped
-    used = {tasks[i].kernel: sizes[i] for i in range(len(tasks)) if sizes[i] is not None}
+    # one function a kernel and size: a kernel several launches share (share.py) may run at several sizes,
+    # which become literals in its function
+    used: dict[str, list[tuple[tuple[int, int, int], tuple[int, int, int]]]] = {}
+    for i in range(len(tasks)):
+        size = sizes[i]
+        if size is not None and size not in used.setdefault(tasks[i].kernel, []):
+            used[tasks[i].kernel].append(size)
+    calls = {i: _variant(tasks[i].kernel, used[tasks[i].kernel], sizes[i])
+             for i in range(len(tasks)) if sizes[i] is not None}
     dims = {t.kernel: len(t.global_size) for t in tasks}
     ids = ", const int _g0, const int _g1, const int _g2, const int _l0, const int _l1, const int _l2"
     pieces, at = [], 0
@@ -297,22 +310,24 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
         at = end
         if name not in used:
             continue
-        groups, local = used[name]  # type: ignore[misc]
-        # not inlined: one segment kernel holding every body would take LLVM minutes to optimize
-        head = source[start:close].replace("__kernel", "__attribute__((noinline)) static", 1) + ids
-        form = forms.get(name)
-        if form is None:
-            pieces.append(head + _rewrite_ids(source[close:end], groups, local, dims[name]))
-            continue
-        head += ", __global char* _scratch)"
-        views, off = [], 0
-        for t, a, n in form.arrays:
-            views.append(f"    __global {t}* {a} = (__global {t}*)(_scratch + {off});")
-            off += _align(SIZES[t] * n)
-        for suffix, code in (("_fill", form.fill), ("", form.rest)):
-            text = "\n".join(["{", *views, code, "}"]).replace("__local", "__global")
-            pieces.append(head.replace(f" {name}(", f" {name}{suffix}(", 1) + " "
-                          + _rewrite_ids(text, groups, local, dims[name]) + "\n")
+        for groups, local in used[name]:
+            variant = _variant(name, used[name], (groups, local))
+            # not inlined: one segment kernel holding every body would take LLVM minutes to optimize
+            head = (source[start:close].replace("__kernel", "__attribute__((noinline)) static", 1)
+                    .replace(f" {name}(", f" {variant}(", 1) + ids)
+            form = forms.get(name)
+            if form is None:
+                pieces.append(head + _rewrite_ids(source[close:end], groups, local, dims[name]) + "\n")
+                continue
+            head += ", __global char* _scratch)"
+            views, off = [], 0
+            for t, a, n in form.arrays:
+                views.append(f"    __global {t}* {a} = (__global {t}*)(_scratch + {off});")
+                off += _align(SIZES[t] * n)
+            for suffix, code in (("_fill", form.fill), ("", form.rest)):
+                text = "\n".join(["{", *views, code, "}"]).replace("__local", "__global")
+                pieces.append(head.replace(f" {variant}(", f" {variant}{suffix}(", 1) + " "
+                              + _rewrite_ids(text, groups, local, dims[name]) + "\n")
     pieces.append(source[at:])
     scratch = max([f.scratch for f in forms.values() if f is not None] + [0])
     out = [KERNEL_ATTRIBUTE.sub("", "".join(pieces)), RUNTIME]  # no kernels left for them
@@ -323,7 +338,7 @@ def plan(source: str, tasks: Sequence[Task], profile: bool = False) -> Plan:
         table.extend(p for p, _, _ in t.regions)
     deps = dependencies(tasks, range(len(tasks)))
     counters = 2 * len(tasks) + 1  # a half: claimed and done a step, then the abort flag
-    emit = _Emitter(tasks, sizes, forms, base, deps, scratch, profile)
+    emit = _Emitter(tasks, sizes, forms, base, deps, scratch, calls, profile)
     if any(s is not None for s in sizes):
         out.append(emit.kernel(f"{POOL_KERNEL}_run", [i for i, s in enumerate(sizes) if s is not None], [],
                                "__attribute__((noinline)) static void"))
@@ -384,6 +399,7 @@ class _Emitter:
     base: dict[int, int]
     deps: dict[int, list[int]]
     scratch: int
+    calls: dict[int, str]  # the function each cooperative step calls (its kernel's, for its size)
     profile: bool = False
 
     def total(self, s: int) -> int:
@@ -463,11 +479,12 @@ class _Emitter:
         gid = [("0" if groups[d] == 1 else gid[d]) for d in range(3)]
         loops = [f"const int l{d} = 0;" if local[d] == 1 else f"for (int l{d} = 0; l{d} < {local[d]}; ++l{d})"
                  for d in (2, 1, 0)]
+        fn = self.calls[s]
         if self.forms.get(t.kernel) is None:
-            calls = _nest(loops, f"{t.kernel}({args});")
+            calls = _nest(loops, f"{fn}({args});")
         else:  # every work-item's fill, then every work-item's rest: the barrier
-            calls = (_nest(loops, f"{t.kernel}_fill({args}, _scratch);")
-                     + _nest(loops, f"{t.kernel}({args}, _scratch);"))
+            calls = (_nest(loops, f"{fn}_fill({args}, _scratch);")
+                     + _nest(loops, f"{fn}({args}, _scratch);"))
         start, end = [], []
         if self.profile:
             start = ["        const ulong _t0 = __builtin_readcyclecounter();"]

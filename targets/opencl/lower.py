@@ -17,6 +17,7 @@ Ops no template covers are all listed in one diagnostic, each with its location 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ from .kernels.base import TEMPLATES, Ctx, DeviceInfo, Lowered, NotLowerable, Tem
 from .records import EXECUTION_SPACE, Tuning, model_key, signature
 from .sanitize import PREAMBLE as SANITIZER_PREAMBLE
 from .sanitize import instrument
+from .share import drop_unused, share_kernels
 from .space import space_of
 
 VIEW_OPS = ("reshape", "identity")
@@ -152,6 +154,9 @@ def lower_func(module: Module, func: Func, info: DeviceInfo,
         if remarks is not None:
             remarks += st.remarks
     plan = plan_memory(block, info)
+    st.program = drop_unused(block, st.program)  # e.g. the copies of concatenations assembled in place
+    if not check_bounds and os.environ.get("TESSEL_SHARE_KERNELS", "1") != "0":  # not instrumented ones
+        st.program = share_kernels(block, st.program)
     allocs = [Op("buf.alloc", attrs={"id": i, "bytes": n}) for i, n in enumerate(plan)]
     checks = SANITIZER_PREAMBLE if check_bounds else ""
     program = Op("cl.program", attrs={"source": preamble(info) + checks + "\n".join(st.program)})
