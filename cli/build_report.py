@@ -73,7 +73,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def build_table(builds: Sequence[Any], first_run: float | None = None, note: str = "") -> str:
+SLOWEST = 10
+"""First launches --time-build lists, the slowest first."""
+
+
+def build_table(builds: Sequence[Any], first_run: float | None = None, note: str = "",
+                launches: Sequence[tuple[str, float]] = ()) -> str:
     """The --time-build report: a header, one line per program (name, kernels, source KB, seconds, how),
     a total line, the first run's seconds when given (a run that compiled each kernel at its first launch
     on PoCL), `note` when given, and a legend of the hows that appear. One line each, for FileCheck."""
@@ -91,14 +96,19 @@ def build_table(builds: Sequence[Any], first_run: float | None = None, note: str
     out.append(total)
     if first_run is not None:
         out.append(f"  {'first run':<12} {'':>8} {'':>10} {first_run:>10.4f}  {FIRST_RUN}")
+    if launches:  # the first run launch by launch (tessel-run): where the kernels' compiling went
+        slowest = sorted(launches, key=lambda kv: -kv[1])[:SLOWEST]
+        out.append(f"  slowest first launches ({len(slowest)} of {len(launches)}; compile and run):")
+        out += [f"    {name:<40} {seconds:>10.4f}" for name, seconds in slowest]
     if note:
         out.append(f"  note: {note}")
     out += [f"  {h}: {HOW[h]}" for h, n in hows.items() if n and h in HOW]
     return "\n".join(out) + "\n"
 
 
-def print_build_table(builds: Sequence[Any], first_run: float | None = None, note: str = "") -> None:
-    sys.stderr.write(build_table(builds, first_run, note))
+def print_build_table(builds: Sequence[Any], first_run: float | None = None, note: str = "",
+                      launches: Sequence[tuple[str, float]] = ()) -> None:
+    sys.stderr.write(build_table(builds, first_run, note, launches))
     sys.stderr.flush()
 
 

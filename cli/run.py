@@ -142,9 +142,10 @@ def summary_table(names: list[str], arrays: list[np.ndarray]) -> str:
     help="OpenCL on PoCL's CPU device: 'pool' runs kernels on PoCL's worker threads, 'inline' on this "
     "thread (PoCL's basic device: no wake-ups, one core), 'cooperative' runs each run as one persistent "
     "kernel whose work-groups this thread and the pool's workers share (both cores, no wake-up per "
-    "launch), 'auto' starts on the pool and, from the 8th run (or before timing --repeat 8+), keeps the "
-    "fastest of the pool, inline, cooperative and a hybrid of pool and inline. Default: "
-    "$TESSEL_EXECUTION, else auto. Other devices have one way to run.",
+    "launch), 'auto' starts on the pool and, from the 8th run, once building them pays for itself, has "
+    "the inline and cooperative ways built in the background and compares them over the runs, keeping "
+    "the fastest; the summary's execution: line says what it chose or why it is still on the pool. "
+    "Default: $TESSEL_EXECUTION, else auto. Other devices have one way to run.",
 )
 @click.option("--list-devices", is_flag=True, help="List the OpenCL devices and exit.")
 @click.option(
@@ -304,11 +305,11 @@ def main(
             results = run_func(module, func, arrays)
             times.append(time.perf_counter() - t0)
         times = times[1:] if repeat > 1 else times
-        rows, exe, built = None, None, ([], None)
+        rows, exe, built = None, None, ([], None, [])
     else:
         results, times, rows, exe, built = _run_opencl(
             module, func, arrays, device, lowered, repeat, profile or bool(report_json), report, execution,
-            lower_schedule(no_winograd), poison or None, check_bounds or None,
+            lower_schedule(no_winograd), poison or None, check_bounds or None, time_build,
         )
     names = output_names(func)
     if reference is not None:
@@ -351,8 +352,9 @@ def main(
             json.dump(report, f, indent=2, sort_keys=True)
             f.write("\n")
     if time_build or (profile and exe is not None):
-        print_build_table(*built,
-                          "" if exe is not None else "the numpy target builds no program")
+        builds, first, launches = built
+        print_build_table(builds, first, "" if exe is not None else "the numpy target builds no program",
+                          launches=launches)
 
 
 def _mib(n: int) -> str:
@@ -396,7 +398,7 @@ def _device_command(list_devices: bool, spec: str) -> None:
 
 
 def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, execution, schedule,  # noqa: ANN001, ANN202
-                poison, check_bounds):
+                poison, check_bounds, time_build=False):
     from ..targets.opencl.checks import bounds_checked
     from ..targets.opencl.dynamic import executable
     from ..targets.opencl.lower import lower_module
@@ -417,7 +419,14 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
     if hasattr(exe, "for_shapes"):  # a dynamic func: its executable for these inputs' sizes
         exe = exe.for_shapes([a.shape for a in arrays])
     load = time.perf_counter() - t0
-    if repeat > 1:  # the warm-up run of measure(warmup=1), timed: the first run (--time-build's line)
+    launches: list[tuple[str, float]] = []
+    if (time_build and hasattr(exe, "first_launches") and exe.running_on in ("pool", "device")
+            and exe.checks is None):
+        t1 = time.perf_counter()  # the first run launch by launch: where its compiling goes
+        launches = exe.first_launches(arrays)
+        first = time.perf_counter() - t1
+        results, stats = exe.measure(arrays, repeat, warmup=0)
+    elif repeat > 1:  # the warm-up run of measure(warmup=1), timed: the first run (--time-build's line)
         t1 = time.perf_counter()
         exe.run(arrays)
         first = time.perf_counter() - t1
@@ -442,7 +451,7 @@ def _run_opencl(module, func, arrays, spec, lowered, repeat, profile, report, ex
         peaks = peaks_for(d, lambda text: sys.stderr.write(f"tessel-run: {text}\n"))
         report["peaks"] = peaks.__dict__
         report["kernels"] = [r.as_dict(peaks) for r in rows]
-    return results, stats.seconds, rows, exe, (builds, first)
+    return results, stats.seconds, rows, exe, (builds, first, launches)
 
 
 def _compare(names, results, reference, rtol, atol, run) -> None:  # noqa: ANN001

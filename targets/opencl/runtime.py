@@ -194,6 +194,7 @@ class Executable(Adaptive):
         self._live = [i for i, s in enumerate(self.steps) if all(s.global_size)]  # the steps with work
         self._use_pool()
         self._warming: list[Any] = []  # warm.py's children compiling this program's kernels
+        self._first_noted = False  # whether the first run has been recorded (_first_run)
         if (self._cold and self.running_on in ("pool", "device") and self.execution in ("auto", "pool")
                 and not self.preferred and not program_cache.stores_binaries([self.device])):
             from . import warm
@@ -519,6 +520,24 @@ class Executable(Adaptive):
     def _fingerprint(self) -> str:
         return dev.fingerprint(self.device)
 
+    def first_launches(self, inputs: Sequence[Any]) -> list[tuple[str, float]]:
+        """The first run launch by launch on the pool, each finished before the next: (kernel, seconds)
+        a launch, PoCL's compile at a kernel's first launch included (--time-build: where a cold start's
+        time goes). The results are then the next `run`'s."""
+        q = self._pool_queue
+        keep = self._write_inputs(q, inputs, blocking=True)
+        out = []
+        t0 = time.perf_counter()
+        for i in self._live:
+            s = self.steps[i]
+            t = time.perf_counter()
+            self.cl.enqueue_nd_range_kernel(q, s.kernel, s.global_size, s.local_size)
+            q.finish()
+            out.append((s.name, time.perf_counter() - t))
+        del keep
+        self._first_run(time.perf_counter() - t0)
+        return out
+
     def _first_run(self, seconds: float) -> None:
         """After the first run: record that the program is built here, and (when it was built from
         nothing) the device's cold rate, from its build and this run (the kernels' first launches)."""
@@ -528,6 +547,7 @@ class Executable(Adaptive):
 
             warm.stop(self._warming)
             self._warming = []
+        self._first_noted = True
         if self._cold:  # the rate is one process's: what building the other ways alone will take
             program_cache.note_built(self._records_folder(), self._built_key,
                                      self.build_seconds + seconds * compilers, len(self._source.encode()),
@@ -546,7 +566,7 @@ class Executable(Adaptive):
             t0 = time.perf_counter()
             results = self.enqueue(inputs, on_device)[0]
             self._pool_seconds = time.perf_counter() - t0
-            if first:
+            if first and not self._first_noted:
                 self._first_run(self._pool_seconds)
             return results
         if self._slowed:  # the choice's runs slowed: compare every way again, over the coming runs
