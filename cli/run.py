@@ -322,7 +322,8 @@ def main(
     if not quiet:
         sys.stdout.write(summary_table(names, results))
     if profile and rows is not None:
-        sys.stdout.write(profile_table(rows, report["peaks"], top, median))
+        cores = int(getattr(getattr(exe, "device", None), "max_compute_units", 1) or 1)
+        sys.stdout.write(profile_table(rows, report["peaks"], top, median, cores))
         report["overhead_ms"] = round(median - sum(r.ms for r in rows), 4)
     if not quiet or profile:
         where = target if exe is None else f"{target} ({report['device']})"
@@ -471,7 +472,7 @@ def _compare(names, results, reference, rtol, atol, run) -> None:  # noqa: ANN00
 
 
 def profile_table(  # noqa: ANN001
-    rows, peaks: dict, top: int | None, wall_ms: float | None = None
+    rows, peaks: dict, top: int | None, wall_ms: float | None = None, compute_units: int = 1
 ) -> str:
     from rich import box
     from rich.console import Console
@@ -517,4 +518,11 @@ def profile_table(  # noqa: ANN001
         over = wall_ms - total
         note += f"; wall {wall_ms:.3f} ms, overhead {over:.3f} ms ({100 * over / wall_ms:.0f}% of wall)"
     note += f"; peaks {p.gflops:.0f} GFLOP/s, {p.gbps:.0f} GB/s (calibrated {p.measured})"
+    from ..targets.opencl.profile import LOW_PEAK, why_low
+
+    low = [(r, why_low(r, p, compute_units)) for r in (rows[:top] if top else rows)]
+    low = [(r, why) for r, why in low if why]
+    if low:
+        note += f"\nunder {100 * LOW_PEAK:.0f}% of the roofline:"
+        note += "".join(f"\n  {r.name}: {why}" for r, why in low)
     return buf.getvalue() + note + "\n"

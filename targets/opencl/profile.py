@@ -15,7 +15,9 @@ platform, device, driver version and compute units, so a new driver is calibrate
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -201,6 +203,9 @@ class KernelRow:
     bytes: int
     ops: list[str]
     locs: list[str]
+    helper: bool = True  # every launch is a helper kernel of its op (moves data; its op's FLOPs are not its)
+    groups: int = 0  # the fewest work-groups a launch of it has
+    local: tuple[int, ...] = ()
 
     @property
     def gflops(self) -> float:
@@ -238,6 +243,31 @@ class KernelRow:
         }
 
 
+LOW_PEAK = 0.2
+"""A kernel under this fraction of its roofline bound gets a note in --profile saying why it may be."""
+
+
+def why_low(row: KernelRow, peaks: Peaks, compute_units: int) -> str:
+    """Why `row` runs under LOW_PEAK of its roofline bound, as far as its launches tell ("" when it does
+    not): a helper kernel moving data for its op, a kernel so short that the pool's dispatch is its time,
+    too few work-groups for the compute units, else its shape."""
+    bound, frac = row.bound(peaks)
+    if frac is None or frac >= LOW_PEAK:
+        return ""
+    us = 1e3 * row.ms / max(row.launches, 1)
+    ops = "/".join(o for o in row.ops if o != "kernel") or re.sub(r"^k\d+_", "", row.name)
+    if row.helper:
+        return (f"moves data for its {ops} (a repack or a transform: the {ops}'s FLOPs count on its main "
+                f"kernel), {row.gbps:.1f} GB/s")
+    if us < 3 * peaks.launch_us:
+        return f"{us:.1f} us a launch, where the pool's dispatch costs ~{peaks.launch_us:.0f} us"
+    if row.groups < compute_units:
+        plural = "s" if row.groups != 1 else ""
+        return f"{row.groups} work-group{plural} of {row.local} for {compute_units} cores"
+    return (f"{bound}-bound {ops} at {100 * frac:.0f}% of the roofline with {row.groups} work-groups of "
+            f"{row.local}: no kernel fitted to its shape (tessel tune may find a better schedule)")
+
+
 def kernel_rows(exe: Executable, stats: RunStats) -> list[KernelRow]:
     """One row per kernel, slowest first (a kernel shared by identical ops is one row with its launches)."""
     rows: dict[str, KernelRow] = {}
@@ -246,6 +276,11 @@ def kernel_rows(exe: Executable, stats: RunStats) -> list[KernelRow]:
         if not times:
             continue
         row = rows.setdefault(step.name, KernelRow(step.name, 0, 0.0, 0, 0, [], []))
+        row.helper = row.helper and step.helper
+        local = tuple(step.local_size or (1,) * len(step.global_size))
+        groups = math.prod(-(-g // lo) for g, lo in zip(step.global_size, local, strict=False))
+        row.groups = groups if not row.launches else min(row.groups, groups)
+        row.local = row.local or local
         row.launches += 1
         row.ms += float(np.median(times)) / 1e6
         row.flops += step.flops

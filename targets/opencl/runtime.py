@@ -78,6 +78,16 @@ class Step:
     args: tuple[Any, ...] = ()  # the buffers bound to the kernel, to bind again on another program
     arg_names: tuple[str, ...] = ()  # in<i> (read), out<j> and tmp<k> (written), as the launch names them
     hidden: tuple[Any, ...] = ()  # the arguments after the buffers of a checked kernel (checks.py)
+    helper: bool = False  # not its op's main kernel (a repack, a transform): its op's FLOPs are not its
+
+
+def _nbytes(buffer: Any) -> int:
+    """The bytes of a kernel argument: a cl.Buffer's size, or an SVM allocation's."""
+    size = getattr(buffer, "size", None)
+    if isinstance(size, int):
+        return size
+    mem = getattr(buffer, "mem", None)
+    return int(getattr(mem, "nbytes", 0))
 
 
 EXECUTIONS = ("auto", "pool", "inline", "cooperative")
@@ -304,6 +314,9 @@ class Executable(Adaptive):
             kobj = self.cl.Kernel(self.program, k["name"])
             kobj.set_args(*args, *hidden)
             counts = i == counted
+            # a kernel that is not the op's main one (a repack, a Winograd transform) moves data: its
+            # bytes are its buffers', each read or written once, so --profile rates it by bandwidth
+            moved = nbytes if counts else sum(_nbytes(a) for a in args)
             self.steps.append(
                 Step(
                     kobj,
@@ -314,10 +327,11 @@ class Executable(Adaptive):
                     inner.name,
                     op.loc,
                     int(op.attrs.get("flops", 0)) if counts else 0,
-                    nbytes if counts else 0,
+                    moved,
                     args,
                     tuple(k["args"]),
                     hidden,
+                    not counts,
                 )
             )
 
