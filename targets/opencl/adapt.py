@@ -40,7 +40,9 @@ RECHECK_CYCLES = 4
 """Interleaved cycles of a recheck (each runs both ways twice in a row, the faster counts)."""
 RECHECK_SHARE = 0.02
 """The most of a process's time rechecks may take: the next one waits until its runs would be this share of
-the time since the last."""
+the time since the last, and of the time the runs since took (a model run in bursts with pauses between
+them would otherwise recheck at the start of every burst: 16 runs switching ways, which for a 20 µs model
+tripled the median of its bursts)."""
 SLOW_FACTOR = 1.3
 """A run of `auto`'s choice is slow when it takes over this many times the choice's median when compared."""
 SLOW_RUNS = (6, 8)
@@ -60,6 +62,7 @@ class Choice:
     plans: dict[str, list[str]]  # each way's placement of the steps
     recheck_at: float  # perf_counter() time of the next recheck
     expected: float = 0.0  # seconds a run of `way` took when last compared (0: not measured)
+    busy_at: float = 0.0  # the seconds of runs (Adaptive._busy) before the next recheck may start
 
 
 LAUNCH_US = 10.0
@@ -146,8 +149,10 @@ class Adaptive:
     _preparer: Any
     _estimate: tuple[float, float] | None
     _pool_seconds: float
+    _busy: float
     _inline: Any
     _cooperative: Any
+    placement: list[str]
     _source: str
     device: Any
     module: Any
@@ -186,6 +191,7 @@ class Adaptive:
         way. The fastest is kept when it beats the pool by ADAPT_MARGIN. A run over ADAPT_MAX_SECONDS on
         the pool compares the pool with cooperative only. `hybrid=False` leaves the hybrid plan out (its
         step timings and second comparison are half the time)."""
+        started = time.perf_counter()
         n = len(self._live)
         walls = []
         for _ in range(3):
@@ -222,11 +228,15 @@ class Adaptive:
                 pair = self._interleaved(inputs, {"pool": plans["pool"], "hybrid": where}, cycles, block)
                 plans["hybrid"] = where
                 ratio["hybrid"] = _median_ratio(pair["hybrid"], pair["pool"])
-        self._choose(plans, ratio, statistics.median(times["pool"]))
+        self._choose(plans, ratio, statistics.median(times["pool"]), time.perf_counter() - started)
 
-    def _choose(self, plans: dict[str, list[str]], ratio: dict[str, float], pool: float) -> None:
+    def _choose(self, plans: dict[str, list[str]], ratio: dict[str, float], pool: float,
+                spent: float = 0.0) -> None:
         """Run the way of the least `ratio` (its time over the pool's, `pool` seconds a run) from now on,
-        unless it beats the pool by less than ADAPT_MARGIN; recheck it after RECHECK_SECONDS."""
+        unless it beats the pool by less than ADAPT_MARGIN; recheck it after RECHECK_SECONDS, once the
+        runs since took `spent` (the comparison's seconds) / RECHECK_SHARE: rechecks then stay a small
+        share of the time spent running, however the runs are spread (a process running a model in
+        bursts would otherwise recheck at the start of every burst)."""
         best = min(ratio, key=lambda k: ratio[k])
         if ratio[best] >= ADAPT_MARGIN:
             best = "pool"
@@ -234,7 +244,8 @@ class Adaptive:
         self.adapt_note = f"{best}: " + ", ".join(
             f"{k} {r * pool * 1e3:.3f} ms" for k, r in sorted(ratio.items(), key=lambda kv: kv[1])) + " a run"
         others = [k for k in sorted(ratio, key=lambda k: ratio[k]) if k != best]
-        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS, ratio[best] * pool)
+        self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS, ratio[best] * pool,
+                              self._busy + spent / RECHECK_SHARE)
 
     def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
         """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
@@ -257,7 +268,8 @@ class Adaptive:
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
         if rival == "cooperative" and not self._cooperative_ok():  # a record's rivals: not here
-            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at, self._choice.expected)
+            self._choice = Choice(best, others[1:], plans, self._choice.recheck_at, self._choice.expected,
+                                  self._choice.busy_at)
             return None
         return Trial.of("recheck", {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
 
@@ -282,7 +294,7 @@ class Adaptive:
             self._mark_slowed(self._choice, now)  # the choice itself slowed
         # the next recheck waits long enough that rechecks stay under RECHECK_SHARE of the time
         self._choice = Choice(best, others, plans, done + max(RECHECK_SECONDS, spent / RECHECK_SHARE),
-                              expected)
+                              expected, self._busy + spent / RECHECK_SHARE)
 
     def _observe(self, seconds: float) -> None:
         """After a run of `auto`'s choice that took `seconds`: when SlowRuns says the choice's runs have
@@ -440,17 +452,22 @@ class Adaptive:
         return Trial.of("adapt", plans, cycles, block)
 
     def _trial_run(self, trial: Trial, inputs: Sequence[np.ndarray], on_device: bool) -> list[Any]:
-        """One run of a Trial: on its next way, timed; the last one chooses."""
-        self.place(trial.plans[trial.next()])
+        """One run of a Trial: on its next way, timed; the last one chooses. A block's second run stays
+        where the first ran (placing anew parks the cooperative pool's work-group: tens of µs)."""
+        plan = trial.plans[trial.next()]
+        if list(getattr(self, "placement", ())) != plan:
+            self.place(plan)
         t0 = time.perf_counter()
         results = self.enqueue(inputs, on_device)[0]
-        if trial.record(time.perf_counter() - t0):
+        seconds = time.perf_counter() - t0
+        self._busy += seconds
+        if trial.record(seconds):
             self._trial = None
             if trial.kind == "recheck":
                 self._rechecked(trial.times, trial.spent)
                 return results
             ratio = {k: _median_ratio(v, trial.times["pool"]) for k, v in trial.times.items()}
-            self._choose(trial.plans, ratio, statistics.median(trial.times["pool"]))
+            self._choose(trial.plans, ratio, statistics.median(trial.times["pool"]), trial.spent)
             if trial.kind == "again":
                 self._compare_again_at = time.perf_counter() + trial.spent / RECHECK_SHARE
                 self.adapt_note += f" (compared again: {trial.why})"

@@ -155,6 +155,7 @@ class Executable(Adaptive):
         self._preparer: Any = None  # the prepare.Preparer (child process) while it runs
         self._estimate: tuple[float, float] | None = None  # (their build seconds, a run's saving)
         self._pool_seconds = 0.0  # the last run's seconds on the pool
+        self._busy = 0.0  # seconds the runs of `auto`'s choice took, all told (rechecks are a share of it)
         ops = func.block.ops
         source = next((op.attrs["source"] for op in ops if op.name == "cl.program"), None)
         if source is None:
@@ -586,13 +587,15 @@ class Executable(Adaptive):
         if self._slowed:  # the choice's runs slowed: compare every way again, over the coming runs
             self._trial = self._again_trial()
             return self._trial_run(self._trial, inputs, on_device)
-        if choice.others and time.perf_counter() >= choice.recheck_at:
+        if choice.others and self._busy >= choice.busy_at and time.perf_counter() >= choice.recheck_at:
             self._trial = self._recheck_trial()
             if self._trial is not None:
                 return self._trial_run(self._trial, inputs, on_device)
         t0 = time.perf_counter()
         results = self.enqueue(inputs, on_device)[0]
-        self._observe(time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        self._busy += seconds
+        self._observe(seconds)
         return results
 
     def measure(

@@ -344,6 +344,9 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     exe.run(x)  # too soon: no recheck
     assert exe.placement[0] == "inline" and ran[-1] == "inline"
     clock["now"] += adapt.RECHECK_SECONDS
+    exe.run(x)  # runs that took too little time since the comparison: no recheck yet
+    assert ran[-1] == "inline" and exe._trial is None
+    ran_long(exe)
     del ran[:]
     through_trial(exe, x)  # one run at a time
     assert ran.count("cooperative") == ran.count("inline") == 2 * adapt.RECHECK_CYCLES
@@ -356,6 +359,7 @@ def test_auto_rechecks_a_choice_made_in_a_slow_phase(monkeypatch: pytest.MonkeyP
     wait = exe._choice.recheck_at - clock["now"]
     assert wait > adapt.RECHECK_SECONDS
     clock["now"] += adapt.RECHECK_SECONDS
+    ran_long(exe)
     exe.run(x)
     assert exe._choice.others[0] == "inline"  # not yet
     # nothing beats cooperative now: the next recheck keeps it and moves on to the next way
@@ -387,6 +391,12 @@ def test_auto_leaves_cooperative_out_when_pocl_pins_its_workers(monkeypatch: pyt
     assert exe._choice is not None and exe._choice.way == "pool" and "cooperative" not in exe._choice.plans
     monkeypatch.setenv("POCL_AFFINITY", "0")
     assert not adapt.workers_pinned()
+
+
+def ran_long(exe) -> None:  # noqa: ANN001
+    """As if `exe` had run long enough since its last comparison for the next recheck (RECHECK_SHARE of
+    its runs' time)."""
+    exe._busy = max(exe._busy, exe._choice.busy_at)
 
 
 def through_trial(exe, x) -> None:  # noqa: ANN001
@@ -458,6 +468,7 @@ def test_a_recheck_that_finds_its_choice_slowed_compares_every_way(monkeypatch: 
     assert exe._choice is not None and exe._choice.way == "cooperative" and exe._choice.others[0] == "pool"
     cost.update({"pool": 1.6, "inline": 1.05, "cooperative": 2.0, "hybrid": 1.5})
     clock["now"] += adapt.RECHECK_SECONDS
+    ran_long(exe)
     through_trial(exe, x)
     assert exe._choice.way == "pool" and "rechecked: cooperative had been chosen" in exe.adapt_note
     del ran[:]
