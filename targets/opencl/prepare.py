@@ -33,12 +33,19 @@ class Preparer:
     def __init__(self, module: Any, func_name: str):
         from ...ir.printer import print_module
 
+        python = child_python()
+        if python is None:
+            raise OSError("no Python interpreter to start a child process with (sys.executable), or "
+                          "TESSEL_BACKGROUND=0")
         fd, self.path = tempfile.mkstemp(prefix="tessel-prepare-", suffix=".tsl")
         with os.fdopen(fd, "w") as f:
             print_module(module, f)
-        cmd = [sys.executable, "-m", "tessel.targets.opencl.prepare", self.path, func_name]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=_lowest_priority if os.name == "posix" else None)
+        cmd = [python, "-m", "tessel.targets.opencl.prepare", self.path, func_name]
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        except OSError:
+            os.unlink(self.path)
+            raise
 
     def poll(self) -> str | None:
         code = self.proc.poll()
@@ -62,8 +69,13 @@ class Preparer:
             pass
 
 
-def _lowest_priority() -> None:
-    os.nice(PRIORITY)
+def child_python() -> str | None:
+    """The interpreter child processes run in: this one's, when it is a Python (an embedding program's
+    sys.executable may be the program itself), unless TESSEL_BACKGROUND=0 turns the children off."""
+    if os.environ.get("TESSEL_BACKGROUND", "1") == "0":
+        return None
+    exe = sys.executable or ""
+    return exe if os.path.basename(exe).lower().startswith(("python", "pypy")) else None
 
 
 def prepare(path: str, func_name: str) -> list[tuple[str, float]]:
@@ -103,6 +115,8 @@ def main() -> int:
     if len(sys.argv) != 3:
         print("usage: python -m tessel.targets.opencl.prepare MODULE.tsl FUNC", file=sys.stderr)
         return 2
+    if hasattr(os, "nice"):
+        os.nice(PRIORITY)  # here, not in a preexec_fn: the parent has PoCL's threads
     try:
         prepare(sys.argv[1], sys.argv[2])
     except Exception as e:  # noqa: BLE001 - reported to the parent, which stays on the pool

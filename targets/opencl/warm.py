@@ -28,9 +28,11 @@ MIN_KERNELS = 8
 def start(exe: Any) -> list[Any]:
     """The child processes compiling `exe`'s kernels (none where it is not worth it or not possible)."""
     from . import device as dev
+    from .prepare import child_python
 
     cores = os.cpu_count() or 1
-    if cores < 2 or exe.checks is not None:
+    python = child_python()
+    if cores < 2 or exe.checks is not None or python is None:
         return []
     steps, seen = [], set()
     for s in exe.steps:
@@ -53,7 +55,7 @@ def start(exe: Any) -> list[Any]:
         with os.fdopen(fd, "w") as f:
             json.dump(job, f)
         try:
-            children.append(subprocess.Popen([sys.executable, "-m", "tessel.targets.opencl.warm", path],
+            children.append(subprocess.Popen([python, "-m", "tessel.targets.opencl.warm", path],
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         except OSError:
             os.unlink(path)

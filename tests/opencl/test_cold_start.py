@@ -87,3 +87,21 @@ def test_a_cold_executable_warms_on_the_other_cores_then_stops(tmp_path: Path,
     assert not again._cold and again._warming == []
     for a, b in zip(got, again.run(x), strict=True):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_children_need_a_python_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No child process where sys.executable is not a Python (a program embedding one) or with
+    TESSEL_BACKGROUND=0: the first run compiles alone, `auto` stays on the pool and says why."""
+    from tessel.targets.opencl import prepare
+
+    monkeypatch.setattr(prepare.sys, "executable", "/usr/bin/python3.11")
+    assert prepare.child_python() == "/usr/bin/python3.11"
+    monkeypatch.setattr(prepare.sys, "executable", "/opt/app/server")
+    assert prepare.child_python() is None
+    monkeypatch.setattr(prepare.sys, "executable", "/usr/bin/python3")
+    monkeypatch.setenv("TESSEL_BACKGROUND", "0")
+    assert prepare.child_python() is None
+    exe = SimpleNamespace(checks=None, steps=[], device=object(), _source="")
+    assert warm.start(exe) == []
+    with pytest.raises(OSError, match="no Python interpreter"):
+        prepare.Preparer(SimpleNamespace(funcs=[], attrs={}, resources=None), "main")
