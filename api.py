@@ -108,13 +108,23 @@ def is_tsl(data: bytes, filename: str) -> bool:
 
 
 def optimize(module: Module, opt_level: int = 2, weights: str = "f32", on_remark: Any = None) -> Module:
-    """Run the -O`opt_level` pipeline (with `weights` the matmul / gemm weight precision) in place."""
-    from .passes.manager import PassManager
+    """Run the -O`opt_level` pipeline (with `weights` the matmul / gemm weight precision) in place,
+    verifying the result once (tessel-opt verifies after each pass and keeps crash reproducers: that was
+    two thirds of the pipeline's time); invalid IR is an internal error naming the pipeline."""
+    from .ir.diagnostics import render
+    from .ir.verifier import verify
+    from .passes.manager import CompilerCrash, Instrumentation, PassManager
     from .passes.pipeline import level_pipeline, parse_pipeline
 
-    pm = PassManager(parse_pipeline(level_pipeline(opt_level, weights)))
+    pipeline = level_pipeline(opt_level, weights)
+    pm = PassManager(parse_pipeline(pipeline), Instrumentation(verify_each=False, snapshots=False))
     pm.ctx.on_remark = on_remark
     pm.run(module)
+    errors = verify(module)
+    if errors:
+        why = "".join(render(d) for d in errors[:5])
+        raise CompilerCrash(f"-O{opt_level}", f"produced invalid IR (tessel-opt -O{opt_level} names the pass "
+                            f"and writes a reproducer):\n{why}", None, "")
     return module
 
 

@@ -329,6 +329,9 @@ def handle_errors(f: Callable) -> Callable:
             sys.stderr.write(f"{tool_name()}: internal compiler error: {e}\n")
             if e.reproducer:
                 sys.stderr.write(reproducer_message(e.reproducer))
+            elif tool_name() != "tessel-opt":  # tessel compile keeps no snapshots (api.optimize)
+                sys.stderr.write(f"{tool_name()}: tessel-import the model and run tessel-opt with the same "
+                                 "-O level to get a reproducer\n")
             sys.exit(EXIT_ICE)
         except KeyboardInterrupt:
             sys.stderr.write(f"{tool_name()}: interrupted\n")
