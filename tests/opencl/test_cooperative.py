@@ -268,3 +268,48 @@ def test_cooperative_needs_the_companion(monkeypatch: pytest.MonkeyPatch) -> Non
 
     with pytest.raises(DiagnosticError, match="cooperative execution needs"):
         Executable(m, m.funcs[0], execution="cooperative")
+
+
+def _sizes_module() -> str:
+    """lrn at two sizes (one kernel, as inception's two LRNs, launched with work-groups of 32 and 64),
+    and two 3x3 stride-2 convs that differ in their input channels (64 and 192: one shared kernel)."""
+    x, y = "tensor<1x64x56x56xf32>", "tensor<1x192x56x56xf32>"
+    w1, w2, o = "tensor<16x64x3x3xf32>", "tensor<16x192x3x3xf32>", "tensor<1x16x28x28xf32>"
+    lrn = "{alpha = 1.0e-04, beta = 7.5e-01, bias = 1.0, size = 5}"
+    conv = "{pads = [1, 1, 1, 1], strides = [2, 2]}"
+    return "\n".join([
+        "module @m {",
+        f"  func @main(%x: {x}, %y: {y}, %w1: {w1}, %w2: {w2}) -> ({x}, {y}, {o}, {o}) {{",
+        f"    %1 = lrn %x {lrn} : ({x}) -> {x}",
+        f"    %2 = lrn %y {lrn} : ({y}) -> {y}",
+        f"    %3 = conv2d %x, %w1 {conv} : ({x}, {w1}) -> {o}",
+        f"    %4 = conv2d %y, %w2 {conv} : ({y}, {w2}) -> {o}",
+        f"    return %1, %2, %3, %4 : {x}, {y}, {o}, {o}",
+        "  }",
+        "}",
+    ]) + "\n"
+
+
+def test_a_kernel_shared_at_several_sizes_runs_cooperatively() -> None:
+    """One elementwise kernel launched at two sizes, and one conv kernel shared by two convs that differ in
+    their input channels (share.py): the cooperative plan makes a function of each for each size it runs
+    at (its work-item ids become literals there), so every launch computes what it does on the pool."""
+    needs_companion()
+    from tessel.ir.parser import parse_module
+
+    m = parse_module(_sizes_module().encode(), "sizes.tsl")
+    lower_module(m, dev.device_info(dev.pick_device()))
+    launches = [op for op in m.funcs[0].block.ops if op.name == "cl.launch"]
+    seen: dict[str, set[tuple[int, ...]]] = {}
+    for op in launches:
+        for k in op.attrs["kernels"]:
+            seen.setdefault(k["name"], set()).add(tuple(k["local"]))
+    assert any(len(local) > 1 for local in seen.values())  # a kernel launched with two work-group sizes
+    pool = Executable(m, m.funcs[0], execution="pool")
+    coop = Executable(m, m.funcs[0], execution="cooperative")
+    if coop.running_on != "cooperative":
+        pytest.skip("this device cannot run cooperatively")
+    for seed in range(2):
+        x = inputs(m.funcs[0], seed)
+        for a, b in zip(pool.run(x), coop.run(x), strict=True):
+            assert a.tobytes() == b.tobytes()
