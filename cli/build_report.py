@@ -51,9 +51,17 @@ def time_build_option(when: str = "") -> Callable[[Callable], Callable]:
                         help=TIME_BUILD_HELP + (f" {when}" if when else ""))
 
 
+BUILD_ALL_HELP = ("--build, and also run the module once inline and once cooperatively (PoCL's CPU "
+                  "device): their programs are built and their kernels compiled too, so that `auto` compares "
+                  "the ways from cached programs from its 8th run on instead of weighing their build.")
+
+
 def build_option(f: Callable) -> Callable:
-    """--build: build the output's programs ahead of time (`build_ahead`)."""
-    return click.option("--build", "build", is_flag=True, help=BUILD_HELP)(f)
+    """--build and --build-all: build the output's programs ahead of time (`build_ahead`); --build-all also
+    the programs of the other ways `auto` compares. The tool's `build` parameter: None, "model" or
+    "all"."""
+    f = click.option("--build-all", "build", flag_value="all", help=BUILD_ALL_HELP)(f)
+    return click.option("--build", "build", flag_value="model", help=BUILD_HELP)(f)
 
 
 def build_mark() -> int:
@@ -156,9 +164,11 @@ class AheadBuild:
     notes: list[str] = field(default_factory=list)
 
 
-def build_ahead(modules: Sequence[Any], device: Any) -> AheadBuild:
-    """Load each of `modules` on `device` as tessel-run does and run it once on zero-filled inputs."""
+def build_ahead(modules: Sequence[Any], device: Any, ways: bool = False) -> AheadBuild:
+    """Load each of `modules` on `device` as tessel-run does and run it once on zero-filled inputs; `ways`:
+    once more on each other way `auto` compares (inline, cooperative)."""
     from ..targets.opencl.dynamic import executable
+    from ..targets.opencl.prepare import prepare_ways
 
     done = AheadBuild()
     t0 = time.perf_counter()
@@ -173,15 +183,18 @@ def build_ahead(modules: Sequence[Any], device: Any) -> AheadBuild:
             exe.run(arrays)
             done.first_run += time.perf_counter() - t1
             done.runs += 1
+            if ways and hasattr(exe, "companion"):  # a plain Executable (no control flow, static)
+                prepare_ways(exe, arrays)
     done.seconds = time.perf_counter() - t0
     return done
 
 
-def build_and_report(modules: Sequence[Any], device: Any, time_build: bool, mark: int) -> None:
+def build_and_report(modules: Sequence[Any], device: Any, time_build: bool, mark: int,
+                     ways: bool = False) -> None:
     """--build after the output is written: build, then say what was built in one line (and the table
     with --time-build)."""
     sys.stdout.flush()  # an output on stdout is complete before the build starts
-    done = build_ahead(modules, device)
+    done = build_ahead(modules, device, ways)
     builds = builds_since(mark)
     tool = tool_name()
     for note in done.notes:

@@ -174,7 +174,7 @@ def main(
     check_bounds: bool,
     load_plugin: tuple[str, ...],
     shape_hint: tuple[str, ...],
-    build: bool,
+    build: str | None,
     time_build: bool,
     no_winograd: bool,
     tuning_records: str | None,
@@ -227,7 +227,7 @@ def main(
         modules.append(module)
     write_modules(modules, output, elide_resources, external_weights)
     if build:  # the output is complete: a failed build leaves it as it is
-        build_and_report(modules, build_on, time_build, mark)
+        build_and_report(modules, build_on, time_build, mark, build == "all")
     elif time_build:
         print_build_table(builds_since(mark), note="" if validate is not None else
                           "tessel-codegen builds no program without --build or --validate")

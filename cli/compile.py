@@ -75,7 +75,7 @@ Examples:
 @handle_errors
 def main(input: str, output: str | None, opt_level: int, target: str, device: str | None,
          input_shape: tuple[str, ...], remarks_missed: bool, weight_precision: str,
-         shape_hint: tuple[str, ...], build: bool, time_build: bool,
+         shape_hint: tuple[str, ...], build: str | None, time_build: bool,
          no_winograd: bool,
          tuning_records: str | None,
          remarks: str, elide_resources: bool, external_weights: str | None, debug: bool) -> None:
@@ -115,7 +115,7 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
         verify_or_raise(module)
     write_modules([module], output, elide_resources, external_weights)
     if build:  # the output is complete: a failed build leaves it as it is
-        build_and_report([module], build_on, time_build, mark)
+        build_and_report([module], build_on, time_build, mark, build == "all")
     elif time_build:
         print_build_table(builds_since(mark), note="tessel compile builds no program without --build")
 

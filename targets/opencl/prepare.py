@@ -81,7 +81,6 @@ def child_python() -> str | None:
 def prepare(path: str, func_name: str) -> list[tuple[str, float]]:
     """Load the module at `path`, run `func_name` once on zeros on each other way; (way, seconds) each."""
     from ...ir.parser import parse_module
-    from . import cache
     from .runtime import Executable
 
     with open(path) as f:
@@ -90,7 +89,17 @@ def prepare(path: str, func_name: str) -> list[tuple[str, float]]:
     if func is None:
         raise SystemExit(f"{path}: no func @{func_name}")
     exe = Executable(module, func, execution="pool")
-    zeros = [np.zeros(v.type.dims, v.type.np_dtype) for v in func.args]
+    return prepare_ways(exe, [np.zeros(v.type.dims, v.type.np_dtype) for v in func.args])
+
+
+def prepare_ways(exe: Any, zeros: list[np.ndarray]) -> list[tuple[str, float]]:
+    """Run `exe` once on `zeros` inline and once cooperatively (where it can), so that their programs are
+    built, their kernels compiled into the caches and the build records say so (`tessel compile
+    --build=all` does this ahead of time); (way, seconds) each. Leaves it placed on the pool."""
+    from . import cache
+
+    if exe.companion is None:
+        return []
     n = len(exe._live)
     ways = [("inline", ["inline"] * n, [exe.companion])]
     if exe._cooperative_runner() is not None:
@@ -106,8 +115,7 @@ def prepare(path: str, func_name: str) -> list[tuple[str, float]]:
         seconds = time.perf_counter() - t0
         cache.note_built(folder, key, seconds, len(exe._source.encode()), fingerprint, cold)
         done.append((way, seconds))
-    if exe._cooperative is not None:
-        exe._cooperative.park()
+    exe.place(["pool"] * n)  # parks the cooperative pool's work-group
     return done
 
 

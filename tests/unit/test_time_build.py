@@ -105,6 +105,34 @@ def test_compile_build_fills_the_cache_the_first_run_loads_from(tmp_path: Path) 
 
 
 @needs_opencl
+def test_compile_build_all_builds_the_ways_auto_compares(tmp_path: Path) -> None:
+    """--build-all also runs the module inline and cooperatively: their programs are built (and stored,
+    TESSEL_PROGRAM_BINARIES=always) and the build records say so, so `auto` in a later process counts
+    them as cached. Where the device has no inline companion there is nothing more to build."""
+    from tessel.targets.opencl import cache
+    from tessel.targets.opencl import device as dev
+
+    env = _env(tmp_path)
+    out = tmp_path / "add.cl.tsl"
+    r = _tool(env, "compile", str(ADD), "-o", str(out), "--build-all", "--time-build")
+    assert r.returncode == 0, r.stderr
+    assert _row("model", "source").search(r.stderr), r.stderr
+    d = dev.pick_device()
+    companion = dev.inline_companion(d)
+    if companion is None:
+        return
+    assert _row("inline", "source").search(r.stderr), r.stderr
+    from tessel.ir.parser import parse_module
+
+    module = parse_module(out.read_bytes(), out.name)
+    source = next(str(o.attrs["source"]) for o in module.funcs[0].block.ops if o.name == "cl.program")
+    folder = str(tmp_path / "tessel-cache" / "opencl")
+    assert cache.was_built(folder, cache.built_key(source, "inline", [companion]))
+    if _row("cooperative", "source").search(r.stderr):
+        assert cache.was_built(folder, cache.built_key(source, "cooperative", [d, companion]))
+
+
+@needs_opencl
 def test_run_profile_prints_the_build_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tessel.targets.opencl import device as dev
     from tessel.targets.opencl.profile import Peaks, save_peaks
