@@ -247,23 +247,11 @@ class Adaptive:
         self._choice = Choice(best, others, plans, time.perf_counter() + RECHECK_SECONDS, ratio[best] * pool,
                               self._busy + spent / RECHECK_SHARE)
 
-    def _recheck(self, inputs: Sequence[np.ndarray]) -> None:
-        """Time `auto`'s choice and another way side by side again (RECHECK_CYCLES cycles): the runner-up
-        of the last comparison first, the next way at each following recheck. Switch when it now takes
-        under ADAPT_MARGIN of the choice's time (by the median ratio). When the choice itself now runs over
-        SLOW_FACTOR x its time when chosen, the next run compares every way, as `_observe` has it: a pair
-        of ways chosen between beside a busy process went to the pool, and the rechecks reached inline,
-        the fastest then, only seconds later. In one call; `run` spreads the same over its runs
-        (`_recheck_trial`)."""
-        trial = self._recheck_trial()
-        if trial is not None:
-            t0 = time.perf_counter()
-            times = self._interleaved(inputs, trial.plans, trial.cycles, trial.block)
-            self._rechecked(times, time.perf_counter() - t0)
-
     def _recheck_trial(self) -> Trial | None:
-        """The recheck's comparison of the choice and its rival, to spread over the coming runs; None
-        when the rival cannot run here (then the next recheck tries the next way)."""
+        """A recheck: `auto`'s choice and another way timed side by side again over the coming runs
+        (RECHECK_CYCLES cycles), the runner-up of the last comparison first, the next way at each
+        following recheck; `_rechecked` judges it. None when the rival cannot run here (then the next
+        recheck tries the next way)."""
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
@@ -274,7 +262,11 @@ class Adaptive:
         return Trial.of("recheck", {best: plans[best], rival: plans[rival]}, RECHECK_CYCLES, 2)
 
     def _rechecked(self, times: dict[str, list[float]], spent: float) -> None:
-        """The recheck's verdict on `times` (the choice's and its rival's, `spent` seconds all told)."""
+        """The recheck's verdict on `times` (the choice's and its rival's, `spent` seconds all told):
+        switch when the rival now takes under ADAPT_MARGIN of the choice's time (by the median ratio). When
+        the choice itself now runs over SLOW_FACTOR x its time when chosen, every way is compared again,
+        as `_observe` has it: a pair of ways chosen between beside a busy process went to the pool, and the
+        rechecks reached inline, the fastest then, only seconds later."""
         assert self._choice is not None
         best, others, plans = self._choice.way, self._choice.others, self._choice.plans
         rival = others[0]
@@ -298,7 +290,7 @@ class Adaptive:
 
     def _observe(self, seconds: float) -> None:
         """After a run of `auto`'s choice that took `seconds`: when SlowRuns says the choice's runs have
-        slowed (another process needs a core), the next run compares every way again first (`_adapt`; not
+        slowed (another process needs a core), the next runs compare every way again (`_again_trial`; not
         this one: its results may be on the device, and the comparing runs would overwrite them), at most
         RECHECK_SHARE of the time since the last such comparison. The rechecks bring the choice back once
         the machine is free: the ways that lost come first in their turn."""
@@ -307,25 +299,15 @@ class Adaptive:
             self._mark_slowed(choice, seconds)
 
     def _mark_slowed(self, choice: Choice, seconds: float) -> None:
-        """Have the next run compare every way (`_compare_again`), unless the last such comparison was
+        """Have the next runs compare every way (`_again_trial`), unless the last such comparison was
         too recent (RECHECK_SHARE)."""
         if time.perf_counter() >= self._compare_again_at:
             self._slowed = (f"{choice.way}'s runs had slowed from {choice.expected * 1e3:.3f} to "
                             f"{seconds * 1e3:.3f} ms")
 
-    def _compare_again(self, inputs: Sequence[np.ndarray]) -> None:
-        """`_adapt` again, because the choice's runs slowed (`_observe`), without the hybrid plan: the
-        comparison stalls the run that makes it (0.8-1.2 s with the hybrid's step timings beside a busy
-        process, for a squeezenet), and with a core taken the plans that use both (pool, hybrid) lose."""
-        why, self._slowed = self._slowed, ""
-        t0 = time.perf_counter()
-        self._adapt(inputs, hybrid=False)
-        done = time.perf_counter()
-        self._compare_again_at = done + (done - t0) / RECHECK_SHARE
-        self.adapt_note += f" (compared again: {why})"
-
     def _again_trial(self) -> Trial:
-        """`_compare_again`'s comparison, spread over the coming runs."""
+        """Every way compared again (over the coming runs), because the choice's runs slowed (`_observe`),
+        without the hybrid plan: with a core taken, the plans that use both (pool, hybrid) lose."""
         why, self._slowed = self._slowed, ""
         trial = self._new_trial()
         return Trial.of("again", trial.plans, trial.cycles, trial.block, why)

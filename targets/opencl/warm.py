@@ -29,6 +29,7 @@ def start(exe: Any) -> list[Any]:
     """The child processes compiling `exe`'s kernels (none where it is not worth it or not possible)."""
     from . import device as dev
     from .prepare import child_python
+    from .runtime import _nbytes
 
     cores = os.cpu_count() or 1
     python = child_python()
@@ -39,7 +40,7 @@ def start(exe: Any) -> list[Any]:
         if s.name in seen or not all(s.global_size):
             continue
         seen.add(s.name)
-        sizes = [int(getattr(a, "size", 0) or getattr(getattr(a, "mem", None), "nbytes", 0)) for a in s.args]
+        sizes = [_nbytes(a) for a in s.args]
         steps.append([s.name, list(s.global_size), list(s.local_size) if s.local_size else None, sizes])
     if len(steps) < MIN_KERNELS:
         return []
