@@ -153,7 +153,80 @@ def device_info(d: Any, peaks: Any = None) -> DeviceInfo:
         peak_gflops=peaks.gflops if peaks else 0.0,
         stream_gbps=peaks.stream_gbps if peaks else 0.0,
         copy_gbps=peaks.gbps if peaks else 0.0,
+        int8_dot=int8_dot(d) if cpu else "",
     )
+
+
+# A function given the target attribute may use the instructions the device compiler's own CPU name leaves
+# out (PoCL 3.1 targets a Sapphire Rapids as skylake-avx512, without VNNI): the 8-bit dot product of the
+# integer contractions (kernels/qconv_quads.py) lives in such a function, called from the kernel.
+DOT_PROBE = """__attribute__((target("avx512vnni")))
+static void dot(const __global int16* a, const __global int16* b, __global int16* c) {
+    c[0] = __builtin_ia32_vpdpbusd512((int16)(7), a[0], b[0]);
+}
+__kernel void probe(const __global int16* a, const __global int16* b, __global int16* c) { dot(a, b, c); }
+"""
+
+
+def int8_dot(d: Any) -> str:
+    """"avx512vnni" where device `d` is PoCL on an x86-64 CPU with AVX-512 VNNI (as the process's CPU
+    reports it: PoCL's CPU devices run on it) and a probe kernel built with that target attribute computes
+    its dot product right; "" elsewhere, or with TESSEL_INT8_DOT=0."""
+    import platform
+
+    if os.environ.get("TESSEL_INT8_DOT", "1").strip().lower() in ("0", "no", "off", "none"):
+        return ""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if _pocl_driver(d) is None or not x86 or simd_floats(d) < 16:
+        return ""
+    if not _host_features("AVX512VNNI", "AVX512BW"):
+        return ""
+    return "avx512vnni" if _dot_probe(d) else ""
+
+
+def missing_features(source: str, d: Any) -> list[str]:
+    """The target features the kernels of `source` ask for (a function's `target("...")` attribute) that
+    device `d` lacks: running them would stop the process with an illegal instruction."""
+    import re
+
+    wanted = {f.strip() for m in re.findall(r'__attribute__\(\(target\("([^"]*)"\)\)\)', source)
+              for f in m.split(",")}
+    have = {int8_dot(d)} - {""}
+    return sorted(wanted - have)
+
+
+def _host_features(*names: str) -> bool:
+    """Whether the CPU this process runs on has every feature named (numpy's runtime detection)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    return all(features.get(n, False) for n in names)
+
+
+@functools.lru_cache(maxsize=8)
+def _dot_probe(d: Any) -> bool:
+    import numpy as np
+
+    pcl = cl()
+    try:
+        ctx = context_for(d)
+        queue = pcl.CommandQueue(ctx, d)
+        a = np.arange(64, dtype=np.uint8)
+        b = (np.arange(64) % 7 - 3).astype(np.int8)
+        mf = pcl.mem_flags
+        ab = pcl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        bb = pcl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+        cb = pcl.Buffer(ctx, mf.WRITE_ONLY, 64)
+        prog = pcl.Program(ctx, DOT_PROBE).build(devices=[d])
+        pcl.Kernel(prog, "probe")(queue, (1,), (1,), ab, bb, cb)
+        out = np.empty(16, np.int32)
+        pcl.enqueue_copy(queue, out, cb)
+        queue.finish()
+    except Exception:  # noqa: BLE001 - any failure means: do not use it
+        return False
+    want = 7 + (a.astype(np.int32) * b.astype(np.int32)).reshape(16, 4).sum(axis=1)
+    return bool(np.array_equal(out, want))
 
 
 def simd_floats(d: Any) -> int:

@@ -28,6 +28,7 @@ from ...ir.ops.registry import OpError, get_op, op_sig
 from ...ir.specialize import is_dynamic
 from ...ir.types import TensorType
 from ...passes.analysis import op_cost, region_ops
+from ...passes.common import const_array
 from ...passes.emulate_f16 import emulate_block
 from ...passes.liveness import may_write_in_place, plan_buffers
 from ...passes.remarks import Remark
@@ -256,7 +257,8 @@ def _template(op: Op, st: _State, module: Module) -> tuple[Ctx, Lowered] | None:
                 raise NotLowerable(f"dynamic shape {t}")
         sig = op_sig(op, module.resources)
         ctx = Ctx(op.name, sig, st.info, tuple(id(v) in st.constant for v in op.operands), dict(st.schedule),
-                  body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources)
+                  body=op.regions[0].blocks[0] if op.regions else None, resources=module.resources,
+                  values=lambda i: const_array(op.operands[i], module))
         low = fn(ctx)
         if st.tuning is not None:
             ctx, low = _apply_record(op, ctx, fn, low, st, module)

@@ -167,6 +167,12 @@ class Executable(Adaptive):
                 )
             )
         self._source = source
+        missing = dev.missing_features(source, self.device)
+        if missing:
+            raise DiagnosticError(Diagnostic(
+                "error", f"func @{func.name} was compiled for a device with {', '.join(missing)}, which "
+                f"{dev.describe(self.device)} lacks: compile it again for this device (tessel-codegen "
+                "--device auto, or tessel.compile)"))
         check_memory(func, self.device)  # too big for the device: say so before building or allocating
         t0 = time.perf_counter()
         self._built_key = program_cache.built_key(source, "model", [self.device])

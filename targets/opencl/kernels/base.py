@@ -54,6 +54,9 @@ class DeviceInfo:
     peak_gflops: float = 0.0  # tessel's SGEMM
     stream_gbps: float = 0.0  # constant weights streamed from memory by the GEMM micro-kernel
     copy_gbps: float = 0.0  # a three-stream elementwise kernel
+    # the 8-bit dot product the device compiler may use in a function with that target attribute
+    # ("avx512vnni": x86 `vpdpbusd` on 512-bit vectors; "": none), device.int8_dot's probe
+    int8_dot: str = ""
 
     @staticmethod
     def generic() -> DeviceInfo:
@@ -158,6 +161,11 @@ class Ctx:
     schedule: dict[str, Any] = field(default_factory=dict)  # overrides from the op's `schedule` attribute
     body: Any = None  # a `kernel` op's region block (ir.core.Block), for the fused template
     resources: Any = None  # the module's ResourceTable (constants inside a kernel region)
+    values: Any = None  # values(i): operand i's array where it is a constant with data, else None
+
+    def value(self, i: int) -> Any:
+        """Operand i's array when it is a compile-time constant with data at hand, else None."""
+        return self.values(i) if self.values is not None and self.is_constant(i) else None
 
     @property
     def operands(self) -> list[TensorType]:

@@ -31,6 +31,8 @@ from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 from .gemm import aligned_strides, batch_offset
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
+from .qconv_quads import conv_quads, pointwise_quads
+from .qconv_quads import fits as quads_fit
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
 
@@ -203,13 +205,16 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
     pairs = int(ctx.schedule.get("pairs", 1))
     if pairs not in (0, 1):
         raise NotLowerable(f"'{ctx.op_name}' schedule pairs={pairs} is not 0 or 1")
+    quads = pairs and quads_fit(ctx)  # 8-bit dot products where the device has them (else pairs)
     if pairs and ("lanes" not in ctx.schedule or "pointwise" in ctx.schedule) and pointwise_pairs_fits(ctx):
-        return pointwise_pairs(ctx)  # a 1x1 conv as a GEMM over 16-pixel vectors
+        # a 1x1 conv as a GEMM over 16-pixel vectors
+        return pointwise_quads(ctx) if quads else pointwise_pairs(ctx)
     if lanes == 16 and pairs:
         px = int(ctx.schedule.get("cols", 8))
         if not 1 <= px <= 16:
             raise NotLowerable(f"'{ctx.op_name}' schedule cols={px} (1..16)")
-        return conv_pairs(ctx, px)  # input channels in pairs: 16-bit multiply-adds
+        # input channels in quads (8-bit dot products) or pairs (16-bit multiply-adds)
+        return conv_quads(ctx, px) if quads else conv_pairs(ctx, px)
     if lanes:
         return _conv_channel_lanes(ctx, lanes)
     return _conv_pixel_lanes(ctx)

@@ -28,7 +28,10 @@ def lower_op(
     constant: tuple[bool, ...] = (),
     schedule: dict[str, Any] | None = None,
     info: Any = None,
+    values: list[Any] | None = None,
 ) -> tuple[Ctx, Lowered]:
+    """The template's lowering of one op (`values`: the operands' arrays, which a template may read where
+    `constant` marks the operand constant)."""
     from . import load_all
 
     load_all()
@@ -42,6 +45,7 @@ def lower_op(
         info or dev.device_info(dev.pick_device()),
         constant or (False,) * len(types),
         dict(schedule or {}),
+        values=None if values is None else values.__getitem__,
     )
     return ctx, TEMPLATES[op_name](ctx)
 

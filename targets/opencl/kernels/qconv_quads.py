@@ -1,0 +1,336 @@
+"""The integer convs on the CPU's 8-bit dot product: x86's `vpdpbusd` (AVX-512 VNNI) sums, in each of 16
+i32 lanes, four products of an unsigned byte and a signed byte: 64 multiply-adds an instruction, where the
+16-bit `vpmaddwd` of qconv_pairs.py does 32 and an f32 FMA 16.
+
+Operands. The unsigned side is the input as it lies: u = x for ui8 inputs, x + 128 (x ^ 0x80) for i8
+ones, with `off` = its zero point in the same terms (x_zero_point, or + 128). The signed side is the
+weight less its zero point, which must be a byte: i8 weights whose zero points are all 0, or ui8 weights
+whose zero points are all 128 (w ^ 0x80); `fits` checks the constant zero points. Then
+
+    sum (x - xz)(w - wz) = sum u w' - off sum w'
+
+and the last sum is one more dot product per step, of the weights with `off` in every byte, left out
+where x_zero_point is a constant 0 of an ui8 input (the activations after a ReLU). Padding and the inputs
+of channels past the group's end hold `off`, and the weights of the missing channels are 0, so neither
+adds anything.
+
+Kernels. The channel-lane conv (`conv_quads`): a first kernel writes u with each four channels of a group
+interleaved, [N, G, ceil(Cg / 4), Hp, Wp, 4] bytes (padded and phase-split as qlinear's repack); the
+weights are packed at load time [G, ceil(og / 16), ceil(Cg / 4), KH, KW, 16, 4]: per channel quad and tap
+one 64-byte load, and for each of the item's `px` output columns one broadcast 32-bit load of its inputs
+and one `vpdpbusd`. The pointwise conv (`pointwise_quads`, unpadded stride-1 1x1): a GEMM over pixels,
+the repack [N, G, ceil(Cg / 4), H * W, 4] (16 pixels' quads one 64-byte load) and the weights [G,
+ceil(og / rows), ceil(Cg / 4), rows, 4] (a row's quad one broadcast).
+
+The builtin needs its target feature, which PoCL's own CPU name may leave out (PoCL 3.1 targets a
+Sapphire Rapids as skylake-avx512), so the loops live in a function given `target("avx512vnni")`, called
+once a work-item (LLVM does not inline it into the kernel: their features differ). device.int8_dot says
+whether a device has it; other devices keep qconv_pairs.py's kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
+
+FEATURES = "avx512vnni"
+PREAMBLE = f"""// acc + in each i32 lane the four products of u's unsigned and w's signed bytes (vpdpbusd)
+__attribute__((target("{FEATURES}")))
+static inline int16 KERNEL_dot4(int16 acc, int16 u, int16 w) {{
+    return __builtin_ia32_vpdpbusd512(acc, u, w);
+}}
+"""
+
+
+def _zero_points(ctx: Ctx) -> tuple[bool, int] | None:
+    """(flip weights, weight zero point) when every weight less its zero point is a signed byte, else
+    None: i8 weights with zero points all 0, or ui8 weights with zero points all 128."""
+    w = ctx.operands[1]
+    wz = ctx.value(3)
+    if wz is None:
+        return None
+    if w.dtype == "i8" and not wz.any():
+        return False, 0
+    if w.dtype == "ui8" and (wz.astype(int) == 128).all():
+        return True, 128
+    return None
+
+
+def fits(ctx: Ctx) -> bool:
+    """The device has the dot product, the operands are 8-bit and the weights less their zero point are
+    signed bytes (schedule `quads`: 0 keeps qconv_pairs.py's kernels)."""
+    if ctx.device.int8_dot != FEATURES or not int(ctx.schedule.get("quads", 1)):
+        return False
+    return ctx.operands[0].dtype in ("i8", "ui8") and _zero_points(ctx) is not None
+
+
+def _offset(ctx: Ctx) -> tuple[str, bool, bool]:
+    """(C expression of `off`, x is i8 (its bytes flipped), the `off sum w'` term is needed)."""
+    x = ctx.operands[0]
+    signed = x.dtype == "i8"
+    xz = ctx.value(2)
+    needed = signed or xz is None or bool(xz.any())
+    return ("((int)in2[0] + 128)" if signed else "(int)in2[0]"), signed, needed
+
+
+def _flip(on: bool) -> str:
+    return " ^ (int16)(0x80808080)" if on else ""
+
+
+def repack_quads(ctx: Ctx, g: Any, groups: int, cq: int) -> Kernel:
+    """u = x (x ^ 0x80 for i8) with each four channels of a group interleaved, padded with `off` and
+    phase-split (`g`: qlinear's Geo)."""
+    xt = ctype(ctx.operands[0])
+    off, signed, _ = _offset(ctx)
+    cg = g.c // groups
+    shape = f"[{g.n}][{groups}][{cq}][{g.hp}][{g.wp}][4]"
+    flip = " ^ 0x80" if signed else ""
+    chans = []
+    for j in range(4):
+        cond = "in" if j == 0 else f"in && 4 * pc + {j} < {cg}"
+        chans.append(f"{cond} ? (uchar)(src[{j * g.h * g.wd} + ix]{flip}) : pad")
+    src = f"""// {ctx.op_name} input as unsigned bytes, channel quads interleaved: {shape},
+// {g.sw} phases a row
+__kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
+                     __global uchar* restrict tmp0) {{
+    const int yp = get_global_id(0), z = get_global_id(1);
+    if (yp >= {g.hp}) return;
+    const int pc = z % {cq}, ng = z / {cq};
+    const int c0 = (ng % {groups}) * {cg} + 4 * pc;
+    const int iy = yp - {g.pt};
+    const uchar pad = (uchar){off};
+    const bool row = iy >= 0 && iy < {g.h};
+    const __global {xt}* src = in0 + ((long)(ng / {groups}) * {g.c} + c0) * {g.h * g.wd} + (long)iy * {g.wd};
+    __global uchar* dst = tmp0 + ((long)z * {g.hp} + yp) * {4 * g.wp};
+    for (int q = 0; q < {g.wp}; ++q) {{
+        const int ix = (q % {g.wq}) * {g.sw} + q / {g.wq} - {g.pl};
+        const bool in = row && ix >= 0 && ix < {g.wd};
+        vstore4((uchar4)({", ".join(chans)}), q, dst);
+    }}
+}}
+"""
+    ly = min(g.hp, 16)
+    return Kernel(src, (math.ceil(g.hp / ly) * ly, g.n * groups * cq), (ly, 1), ("in0", "in2", "tmp0"))
+
+
+def conv_quads(ctx: Ctx, px: int) -> Lowered:
+    """The channel-lane kernel: 16 output channels in the lanes, `px` output columns an item, input
+    channels in quads (one dot product per quad, tap and column)."""
+    from . import qlinear as q  # its helpers; qlinear chooses this kernel
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    flip_w, wz = _zero_points(ctx) or (False, 0)
+    off, _, needed = _offset(ctx)
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    geo = q._geo(ctx, px)
+    cq = math.ceil(geo.cg / 4)
+    gb = math.ceil(og / 16)
+    whole = og % 16 == 0
+    taps = []
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            t = ky * geo.kw + kx
+            dots = " ".join(f"a{p} = KERNEL_dot4(a{p}, (int16)(xr[{geo.tap(ky, kx)} + {p}]), wv);"
+                            for p in range(px))
+            corr = "s = KERNEL_dot4(s, o, wv); " if needed else ""
+            taps.append(f"        {{ const int16 wv = vload16({t}, wc){_flip(flip_w)}; {corr}{dots} }}")
+    accs = ", ".join(f"a{p} = 0" for p in range(px))
+    sums = "\n".join(f"    acc[{p}] = a{p}{' - s' if needed else ''};" for p in range(px))
+    stores = []
+    for p in range(px):
+        val = q._requant(ctx, f"acc[{p}]", 16, "oc0", w.dims[0], whole)
+        at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
+        stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
+        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
+    }}""")
+    taps_n = geo.kh * geo.kw
+    src = f"""{PREAMBLE}
+// {ctx.op_name}: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}
+// 16 channels (lanes) x {px} columns an item, input channels in quads (8-bit dot products)
+__attribute__((target("{FEATURES}")))
+static void KERNEL_dots(const __global int* restrict xb, const __global int* restrict wb, int off,
+                        int16* restrict acc) {{
+    int16 {accs}, s = 0;
+    const int16 o = (int16)(off * 0x01010101);
+    for (int pc = 0; pc < {cq}; ++pc) {{
+        const __global int* xr = xb + pc * {geo.plane};
+        const __global int* wc = wb + pc * {taps_n * 16};
+{chr(10).join(taps)}
+    }}
+{sums}
+}}
+
+__kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
+    const int xi = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);
+    const int ox0 = xi * {px};
+    if (ox0 >= {geo.wo} || oy >= {geo.ho}) return;
+    const int b = z / {groups * gb}, grp = (z / {gb}) % {groups}, oc0 = grp * {og} + (z % {gb}) * 16;
+    const int nch = min(16, {og} - (z % {gb}) * 16);
+    int16 acc[{px}];
+    KERNEL_dots(tmp0 + (long)(b * {groups} + grp) * {cq * geo.plane} + oy * {geo.sh * geo.wp} + ox0,
+                (const __global int*)(in1) + (long)(grp * {gb} + z % {gb}) * {cq * taps_n * 16}, {off}, acc);
+{chr(10).join(stores)}
+}}
+"""
+    xb = math.ceil(geo.wo / px)
+    lx = min(xb, 8)
+    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
+    grid = (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * groups * gb)
+    main = Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([repack_quads(ctx, geo, groups, cq), main], scratch=[4 * geo.n * groups * cq * geo.plane],
+                  schedule={"lanes": 16, "cols": px, "quads": 1})
+    # [O, Cg, KH, KW] -> [G, ceil(og / 16), ceil(Cg / 4), KH, KW, 16, 4], missing channels at the zero point
+    low.pack[1] = PackSpec((1, 2), (16, 4), padding_value=float(wz),
+                           reshape=(groups, og, geo.cg, geo.kh, geo.kw))
+    low.flops_kernel = 1
+    return low
+
+
+def repack_pixels(ctx: Ctx, groups: int, cq: int) -> Kernel:
+    """u = x (x ^ 0x80 for i8), each four channels of a group interleaved pixel by pixel: [N, G, cq, H * W,
+    4] bytes, 16 pixels an item (a channel past the group's end holds `off`)."""
+    x = ctx.operands[0]
+    xt = ctype(x)
+    off, signed, _ = _offset(ctx)
+    n, c, h, wd = x.dims
+    hw, cg = h * wd, c // groups
+    flip = " ^ (uchar16)(0x80)" if signed else ""
+    loads, scalars = [], []
+    for j in range(4):
+        have = "" if j == 0 else f"4 * pc + {j} < {cg} ? "
+        tail = "" if j == 0 else " : (uint16)(pad)"
+        loads.append(f"({have}convert_uint16(as_uchar16(vload16(0, src + {j * hw} + p0)){flip}){tail})"
+                     + (f" << {8 * j}" if j else ""))
+        have1 = "" if j == 0 else f"4 * pc + {j} < {cg} ? "
+        tail1 = "" if j == 0 else " : pad"
+        scalars.append(f"(({have1}(uint)(uchar)(src[{j * hw} + p]{' ^ 0x80' if signed else ''}){tail1})"
+                       f" << {8 * j})")
+    src = f"""// {ctx.op_name} input as unsigned bytes, channel quads interleaved:
+// [{n}][{groups}][{cq}][{hw}][4]
+__kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
+                     __global uint* restrict tmp0) {{
+    const int pv = get_global_id(0), z = get_global_id(1);
+    const int p0 = pv * 16;
+    if (p0 >= {hw}) return;
+    const int pc = z % {cq}, ng = z / {cq};
+    const uint pad = (uint)(uchar){off};
+    const __global {xt}* src = in0 + ((long)(ng / {groups}) * {c} + (ng % {groups}) * {cg} + 4 * pc) * {hw};
+    __global uint* dst = tmp0 + (long)z * {hw};
+    if (p0 + 16 <= {hw}) {{
+        vstore16({" | ".join(loads)}, 0, dst + p0);
+        return;
+    }}
+    for (int p = p0; p < {hw}; ++p)
+        dst[p] = {" | ".join(scalars)};
+}}
+"""
+    panels = math.ceil(hw / 16)
+    lx = min(panels, 16)
+    return Kernel(src, (math.ceil(panels / lx) * lx, n * groups * cq), (lx, 1), ("in0", "in2", "tmp0"))
+
+
+def pointwise_quads(ctx: Ctx) -> Lowered:
+    """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
+    work-item; per channel quad one 64-byte load of each pixel vector, a broadcast of each row's weight
+    quad and a dot product for each pair; stores as qconv_pairs.pointwise_pairs."""
+    from . import qlinear as q
+    from .conv_pointwise import plane_store
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    flip_w, wz = _zero_points(ctx) or (False, 0)
+    off, _, needed = _offset(ctx)
+    groups = int(ctx.attr("groups"))
+    cg = w.dims[1]
+    og = w.dims[0] // groups
+    n, hw = x.dims[0], x.dims[2] * x.dims[3]
+    cq = math.ceil(cg / 4)
+    rows = int(ctx.schedule.get("rows", 8 if og >= 8 else 4))
+    vcols = int(ctx.schedule.get("vcols", 2))
+    if rows not in (4, 8) or not 1 <= vcols <= 4:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
+    panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
+    rem = hw % 16
+    yt = ctype(y)
+    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
+    body = [f"__attribute__((target(\"{FEATURES}\")))",
+            "static void KERNEL_dots(const __global int* restrict xp, const __global int* restrict wp,",
+            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
+            "                        int16* restrict acc) {"]
+    for row in accs:
+        body.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
+    if needed:  # off * sum w' of each row: the rows' quads lie [cq][rows], 16 / rows steps a vector
+        total, whole = rows * cq, rows * cq // 16 * 16
+        body += ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
+                 f"    for (int k = 0; k < {whole}; k += 16)",
+                 f"        s = KERNEL_dot4(s, o, vload16(0, wp + k){_flip(flip_w)});"]
+        if total > whole:
+            pad = "0x80808080" if flip_w else "0"
+            body.append(f"    {{ int16 t = (int16)({pad});")
+            for lo in range(0, total - whole, 4):
+                body.append(f"      t.s{'0123456789abcdef'[lo:lo + 4]} = vload4(0, wp + {whole + lo});")
+            body.append(f"      s = KERNEL_dot4(s, o, t{_flip(flip_w)}); }}")
+        for i in range(rows):
+            lanes = "".join("0123456789abcdef"[k] for k in range(i, 16, rows))
+            body.append(f"    const int s{i} = " + " + ".join(f"s.s{c}" for c in lanes) + ";")
+    body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xp += {hw}, wp += {rows}) {{")
+    for j in range(vcols):
+        body.append(f"        const int16 x{j} = vload16(0, xp + p{j});")
+    for i in range(rows):
+        body.append(f"        {{ const int16 wv = (int16)(wp[{i}]{' ^ 0x80808080' if flip_w else ''}); "
+                    + " ".join(f"{c} = KERNEL_dot4({c}, x{j}, wv);" for j, c in enumerate(accs[i])) + " }")
+    body.append("    }")
+    for i in range(rows):
+        for j in range(vcols):
+            body.append(f"    acc[{i * vcols + j}] = {accs[i][j]}{f' - s{i}' if needed else ''};")
+    body.append("}")
+
+    lines = [PREAMBLE,
+             f"// {ctx.op_name} 1x1: {x} * {w} -> {y}, groups {groups}, as a GEMM over pixels: {rows} output",
+             f"// channels x {vcols} vectors of 16 pixels an item, input channels in quads (8-bit dot "
+             "products)",
+             *body, "",
+             f"__kernel void KERNEL({q._params(ctx, '__global const int* restrict tmp0')}) {{",
+             "    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
+             f"    if (mb >= {mb}) return;",
+             f"    const int grp = b % {groups}, o0 = mb * {rows};"]
+    for j in range(vcols):
+        lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
+    lines += [f"    int16 acc[{rows * vcols}];",
+              f"    KERNEL_dots(tmp0 + (long)b * {cq * hw},",
+              f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * rows}, {off},",
+              f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);"]
+
+    def piece(lane: int, size: int) -> str:
+        part, at = f"v.s{'0123456789abcdef'[lane:lane + size]}", f"out0 + yb + {hw - 16 + lane}"
+        return f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
+
+    for i in range(rows):
+        guard = og % rows and i >= og % rows
+        ind = "        " if guard else "    "
+        if guard:
+            lines.append(f"    if (o0 + {i} < {og}) {{")
+        lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
+        for j in range(vcols):
+            val = q._requant(ctx, f"acc[{i * vcols + j}]", 16, f"grp * {og} + o0 + {i}")
+            lines.append(f"{ind}  {{ const {yt}16 v = {val};")
+            lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
+                                 f"{ind}    ")
+            lines.append(f"{ind}  }}")
+        lines.append(f"{ind}}}")
+        if guard:
+            lines.append("    }")
+    lines.append("}")
+    main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
+                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([repack_pixels(ctx, groups, cq), main], scratch=[4 * n * groups * cq * hw],
+                  schedule={"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1})
+    # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 4), rows, 4], missing channels at the zero point
+    low.pack[1] = PackSpec((1, 2), (rows, 4), padding_value=float(wz), reshape=(groups, og, cg))
+    low.flops_kernel = 1
+    return low

@@ -1,0 +1,142 @@
+"""The integer convs on the CPU's 8-bit dot product (targets/opencl/kernels/qconv_quads.py, `vpdpbusd`):
+chosen where the device has it (device.int8_dot) and the weights less their constant zero points are
+signed bytes, exact against the registry's references for both kernels (channel lanes, and the 1x1 GEMM
+over pixels) on i8 and ui8 inputs, odd channel counts, groups, strides, dilations and padding; the other
+cases keep the paired kernels. The lowering tests need no VNNI (a DeviceInfo says so); the runs skip on
+devices without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tessel.ir.types import TensorType
+from tessel.targets.opencl import device as dev
+from tessel.targets.opencl.kernels.testing import check_op, lower_op
+
+from .test_quant_kernels import Conv, conv_operands, reference, requant_operands, rng_for
+
+VNNI = dataclasses.replace(dev.DeviceInfo.generic(), int8_dot="avx512vnni")
+
+
+def has_dot() -> bool:
+    return dev.opencl_available() is None and dev.device_info(dev.pick_device()).int8_dot == "avx512vnni"
+
+
+needs_dot = pytest.mark.skipif(not has_dot(), reason="the device has no 8-bit dot product (AVX-512 VNNI)")
+
+# weights are constants (as in a model: packed at load time, their zero points read by the lowering)
+CASES = [
+    # 3x3 pad 1, 20 input channels (5 quads), 32 outputs (two lane blocks), a non-zero x zero point
+    (Conv("ui8", "i8", 1, 20, (6, 7), 32, 3, pad=(1, 1, 1, 1), bias=True, scale_per_channel=True), False),
+    # the same with x_zero_point a constant 0 (after a ReLU): no weight-sum term
+    (Conv("ui8", "i8", 2, 20, (6, 7), 32, 3, pad=(1, 1, 1, 1), bias=True), True),
+    # i8 inputs (flipped to unsigned), 13 channels (a partial quad), stride 2, 20 outputs (a partial block)
+    (Conv("i8", "i8", 2, 13, (9, 11), 20, 3, stride=2, pad=(1, 1, 1, 1), bounds="relu", y="i8"), False),
+    # ui8 weights at zero point 128 (flipped to signed), dilation 2, groups 2, asymmetric pads
+    (Conv("i8", "ui8", 1, 16, (10, 18), 40, 3, pad=(2, 1, 2, 3), dilation=2, groups=2, bias=True), False),
+    # 5x5, a Clip's bounds
+    (Conv("ui8", "i8", 1, 7, (12, 17), 16, 5, pad=(2, 2, 2, 2), bounds="clip"), False),
+    # 1x1 GEMMs: 49 pixels (a partial last vector), 24 channels, 20 outputs (a partial row block)
+    (Conv("ui8", "i8", 1, 24, (7, 7), 20, 1, scale_per_channel=True, bias=True), False),
+    (Conv("i8", "ui8", 2, 9, (4, 4), 12, 1, bias=True, bounds="relu"), False),
+    (Conv("ui8", "i8", 1, 33, (6, 11), 40, 1, groups=1, y="i8"), True),
+    (Conv("ui8", "i8", 1, 16, (5, 9), 16, 1, groups=2, scale_per_channel=True), False),
+]
+
+
+def constant(n: int, xz: bool) -> tuple[bool, ...]:
+    """x an argument, the weights and the requantizing operands constants, x_zero_point too when `xz`."""
+    return (False, True, xz) + (True,) * (n - 3)
+
+
+@pytest.mark.parametrize("case, xz0", CASES, ids=[f"{c}{'-xz0' if z else ''}" for c, z in CASES])
+def test_dot_lowering_is_chosen_and_exact(case: Conv, xz0: bool) -> None:
+    rng = rng_for("dot", str(case), str(xz0))
+    inputs, attrs = conv_operands(case, rng)
+    if xz0:
+        inputs[2] = np.zeros((), np.uint8)
+    types = [TensorType.of(a) for a in inputs]
+    low = lower_op("conv2d_integer", types, attrs, constant=constant(4, xz0), info=VNNI, values=inputs)[1]
+    assert low.schedule.get("quads") == 1, low.schedule
+    assert low.schedule.get("pointwise", 0) == (case.k == 1)
+    assert ("- s" in low.kernels[1].source) == (not xz0)  # the zero point's weight-sum term
+    if not has_dot():
+        pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
+    check_op("conv2d_integer", inputs, attrs, constant=constant(4, xz0))
+    acc = reference("conv2d_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
+    check_op("qconv2d", inputs, attrs, constant=constant(len(inputs), xz0))
+
+
+def test_dot_needs_signed_byte_weights_and_the_device() -> None:
+    """Weight zero points that are not all 0 (i8) or all 128 (ui8), or not constants, keep the paired
+    kernels, as does a device without the dot product or schedule quads=0."""
+    case = Conv("ui8", "i8", 1, 8, (6, 7), 16, 3, pad=(1, 1, 1, 1), wz_per_channel=True)
+    inputs, attrs = conv_operands(case, rng_for("dot-refuse"))
+    inputs[3] = np.where(np.arange(16) == 3, 1, 0).astype(np.int8)  # one channel's zero point is 1
+    types = [TensorType.of(a) for a in inputs]
+
+    def chosen(consts: tuple[bool, ...], info: object = VNNI, **schedule: int) -> bool:
+        low = lower_op("conv2d_integer", types, attrs, constant=consts, info=info, values=inputs,
+                       schedule=schedule)[1]
+        return bool(low.schedule.get("quads"))
+
+    assert not chosen(constant(4, False))
+    inputs[3] = np.zeros(16, np.int8)
+    assert chosen(constant(4, False))
+    assert not chosen((False, True, False, False))  # the zero point is not known
+    assert not chosen(constant(4, False), info=dev.DeviceInfo.generic())
+    assert not chosen(constant(4, False), quads=0)
+
+
+DOT_PROBE = r"""
+import glob, os, subprocess
+import numpy as np
+from tessel.targets.opencl.kernels.testing import check_op
+
+rng = np.random.default_rng(0)
+x = rng.integers(0, 256, (1, 20, 6, 7)).astype(np.uint8)
+w = rng.integers(-128, 128, (32, 20, 3, 3)).astype(np.int8)
+check_op("conv2d_integer", [x, w, np.array(120, np.uint8), np.array(0, np.int8)],
+         {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "groups": 1},
+         constant=(False, True, True, True))
+for so in glob.glob(os.path.join(os.environ["POCL_CACHE_DIR"], "**", "*conv2d_integer*.so"), recursive=True):
+    text = subprocess.run(["objdump", "-d", so], capture_output=True, text=True, check=True).stdout
+    print("so", os.path.basename(so), "vpdpbusd" in text, "vpmaddwd" in text or "vpmulld" in text)
+"""
+
+
+@needs_dot
+def test_the_inner_loop_is_vpdpbusd(tmp_path) -> None:  # noqa: ANN001
+    """Disassembling PoCL's cache: the channel-lane kernel's inner loop is vpdpbusd, with no 16-bit
+    multiply-add or 32-bit multiply left. Skips without VNNI or objdump."""
+    if shutil.which("objdump") is None:
+        pytest.skip("needs objdump")
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", DOT_PROBE], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    main = [line.split()[2:] for line in out.splitlines() if re.match(r"so .*_conv2d_integer", line)]
+    assert main, out
+    assert any(v == ["True", "False"] for v in main), out
+
+
+def test_a_module_for_the_dot_product_is_refused_where_the_device_lacks_it(monkeypatch) -> None:  # noqa: ANN001
+    """Kernels lowered for VNNI would stop the process with an illegal instruction on a CPU without it: the
+    Executable refuses them with a diagnostic instead (TESSEL_INT8_DOT=0 makes this device one without)."""
+    from tessel.ir.diagnostics import DiagnosticError
+    from tessel.targets.opencl.kernels.testing import run_op
+
+    if dev.opencl_available() is not None:
+        pytest.skip("needs an OpenCL device")
+    monkeypatch.setenv("TESSEL_INT8_DOT", "0")
+    case = Conv("ui8", "i8", 1, 8, (6, 7), 16, 3, pad=(1, 1, 1, 1))
+    inputs, attrs = conv_operands(case, rng_for("dot-missing"))
+    with pytest.raises(DiagnosticError, match="compiled for a device with avx512vnni"):
+        run_op("conv2d_integer", inputs, attrs, info=VNNI, constant=constant(4, False))
