@@ -159,7 +159,7 @@ def device_info(d: Any, peaks: Any = None) -> DeviceInfo:
 
 # A function given the target attribute may use the instructions the device compiler's own CPU name leaves
 # out (PoCL 3.1 targets a Sapphire Rapids as skylake-avx512, without VNNI): the 8-bit dot product of the
-# integer contractions (kernels/qconv_quads.py) lives in such a function, called from the kernel.
+# integer contractions (kernels/qdot.py) lives in such a function, called from the kernel.
 DOT_PROBE = """__attribute__((target("avx512vnni")))
 static void dot(const __global int16* a, const __global int16* b, __global int16* c) {
     c[0] = __builtin_ia32_vpdpbusd512((int16)(7), a[0], b[0]);

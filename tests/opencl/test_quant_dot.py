@@ -1,4 +1,4 @@
-"""The integer convs on the CPU's 8-bit dot product (targets/opencl/kernels/qconv_quads.py, `vpdpbusd`):
+"""The integer convs on the CPU's 8-bit dot product (targets/opencl/kernels/qdot.py, `vpdpbusd`):
 chosen where the device has it (device.int8_dot) and the weights less their constant zero points are
 signed bytes, exact against the registry's references for both kernels (channel lanes, and the 1x1 GEMM
 over pixels) on i8 and ui8 inputs, odd channel counts, groups, strides, dilations and padding; the other
@@ -20,7 +20,15 @@ from tessel.ir.types import TensorType
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.kernels.testing import check_op, lower_op
 
-from .test_quant_kernels import Conv, conv_operands, reference, requant_operands, rng_for
+from .test_quant_kernels import (
+    Conv,
+    Matmul,
+    conv_operands,
+    matmul_operands,
+    reference,
+    requant_operands,
+    rng_for,
+)
 
 VNNI = dataclasses.replace(dev.DeviceInfo.generic(), int8_dot="avx512vnni")
 
@@ -94,6 +102,38 @@ def test_dot_needs_signed_byte_weights_and_the_device() -> None:
     assert not chosen((False, True, False, False))  # the zero point is not known
     assert not chosen(constant(4, False), info=dev.DeviceInfo.generic())
     assert not chosen(constant(4, False), quads=0)
+
+
+MATMULS = [
+    # 2-D, K 64 (whole quads), 40 columns (a partial block), 12 rows (a partial row block)
+    (Matmul("ui8", "i8", (12, 64), (64, 40), scale_per_channel=True, bias=True), {}),
+    # batched A over a 2-D B, K 30 (a partial last quad), 3 rows an item
+    (Matmul("ui8", "i8", (2, 5, 30), (30, 16), bias=True, bounds="relu"), {"rows": 3}),
+    # i8 A (flipped), ui8 B at zero point 128 (flipped), K 13, 33 columns
+    (Matmul("i8", "ui8", (3, 17, 13), (13, 33), y="i8"), {}),
+    # batched B, K 8, 16 rows an item
+    (Matmul("i8", "i8", (2, 9, 8), (2, 8, 20)), {"rows": 16}),
+]
+
+
+@pytest.mark.parametrize("case, schedule", MATMULS, ids=[str(c) for c, _ in MATMULS])
+def test_dot_matmul_is_exact(case: Matmul, schedule: dict[str, int]) -> None:
+    """matmul_integer and qmatmul on the dot product: any K (a partial last quad assembled from the row's
+    bytes), partial row and column blocks, batched A or B, i8 or ui8 either side."""
+    rng = rng_for("dot-mm", str(case))
+    inputs = matmul_operands(case, rng)
+    inputs[3] = np.array(0 if case.b == "i8" else 128, inputs[3].dtype)  # signed-byte weights
+    types = [TensorType.of(a) for a in inputs]
+    low = lower_op("matmul_integer", types, {}, constant=constant(4, False), info=VNNI, values=inputs,
+                   schedule=schedule)[1]
+    assert low.schedule.get("quads") == 1, low.schedule
+    if not has_dot():
+        pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
+    check_op("matmul_integer", inputs, {}, constant=constant(4, False), schedule=schedule)
+    attrs: dict[str, object] = {}
+    acc = reference("matmul_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, -1, case.bshape[-1], attrs)
+    check_op("qmatmul", inputs, attrs, constant=constant(len(inputs), False), schedule=schedule)
 
 
 DOT_PROBE = r"""

@@ -31,8 +31,8 @@ from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 from .gemm import aligned_strides, batch_offset
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
-from .qconv_quads import conv_quads, pointwise_quads
-from .qconv_quads import fits as quads_fit
+from .qdot import conv_quads, matmul_quads, pointwise_quads
+from .qdot import fits as quads_fit
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
 
@@ -384,9 +384,25 @@ def _batch_offset(batch: tuple[int, ...], shape: tuple[int, ...], size: int, q: 
     return batch_offset(q, batch, aligned_strides(batch, shape[:-2], size))
 
 
+def matmul_store(ctx: Ctx, r: int, acc: str) -> str:
+    """The store of row m0 + r of a 16-column block n0 of an integer matmul's result, its accumulators
+    `acc` (requantized for qmatmul), rows past the end and columns past the last skipped."""
+    y = ctx.results[0]
+    mm, nn = y.dims[-2:]
+    val = _requant(ctx, acc, 16, "n0", nn, nn % 16 == 0)
+    out = f"out0 + (q * {mm} + m0 + {r}) * {nn} + n0"
+    return f"""    if (m0 + {r} < {mm}) {{
+        const {ctype(y)}16 v = {val};
+        if (n0 + 16 <= {nn}) vstore16(v, 0, {out});
+        else for (int j = 0; j < {nn} - n0; ++j) ({out})[j] = v[j];
+    }}"""
+
+
 @template("matmul_integer", "qmatmul")
 def lower_integer_matmul(ctx: Ctx) -> Lowered:
     _check(ctx)
+    if quads_fit(ctx):
+        return matmul_quads(ctx)  # 8-bit dot products of four k at once
     a, bt, _, bz = ctx.operands[:4]
     y = ctx.results[0]
     mm, kk = a.dims[-2:]
@@ -406,15 +422,7 @@ def lower_integer_matmul(ctx: Ctx) -> Lowered:
     accs = "\n".join(f"    {vi} a{r} = 0; int sa{r} = 0;" for r in range(ob))
     whole = nn % cols == 0
     bzv = _channels("in3", bz, "int", cols, "n0", nn, whole)
-    stores = []
-    for r in range(ob):
-        val = _requant(ctx, f"a{r} - {bzv} * sa{r}", cols, "n0", nn, whole)
-        out = f"out0 + (q * {mm} + m0 + {r}) * {nn} + n0"
-        stores.append(f"""    if (m0 + {r} < {mm}) {{
-        const {ctype(y)}{cols} v = {val};
-        if (n0 + {cols} <= {nn}) vstore{cols}(v, 0, {out});
-        else for (int j = 0; j < {nn} - n0; ++j) ({out})[j] = v[j];
-    }}""")
+    stores = [matmul_store(ctx, r, f"a{r} - {bzv} * sa{r}") for r in range(ob)]
     src = f"""// {ctx.op_name}: {a} x {bt} -> {y}
 // {ob} rows x {cols} columns an item, B packed in {cols}-column blocks
 __kernel void KERNEL({_params(ctx, f"__global const {ctype(a)}* restrict in0")}) {{

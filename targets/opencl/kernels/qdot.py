@@ -334,3 +334,72 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
     low.pack[1] = PackSpec((1, 2), (rows, 4), padding_value=float(wz), reshape=(groups, og, cg))
     low.flops_kernel = 1
     return low
+
+
+def matmul_quads(ctx: Ctx) -> Lowered:
+    """The integer matmul: `rows` rows x 16 columns an item, k in quads. B is packed [.., ceil(N / 16),
+    ceil(K / 4), 16, 4] (a quad of a block: one 64-byte load), each row's four bytes of A one broadcast
+    32-bit load (the last, partial quad of a row assembled from its bytes, B's missing k at its zero
+    point) and one dot product per row."""
+    from . import qlinear as q
+
+    a, bt = ctx.operands[:2]
+    y = ctx.results[0]
+    flip_b, bz = _zero_points(ctx) or (False, 0)
+    off, signed, needed = _offset(ctx)
+    mm, kk = a.dims[-2:]
+    nn = bt.dims[-1]
+    batch = y.dims[:-2]
+    ob = int(ctx.schedule.get("rows", min(8, mm)))
+    if ob < 1 or ob > 16:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={ob} must be in 1..16")
+    nblk, mblk = math.ceil(nn / 16), math.ceil(mm / ob)
+    kq, full = math.ceil(kk / 4), kk // 4
+    at, flip_a = ctype(a), " ^ 0x80808080" if signed else ""
+    rows = [f"r{r}" for r in range(ob)]
+    body = [f"__attribute__((target(\"{FEATURES}\")))",
+            f"static void KERNEL_dots(const __global {at}* restrict ar, int m0,",
+            "                        const __global int* restrict bb, int off, int16* restrict acc) {",
+            # rows past the end read the last (their results are not stored)
+            *(f"    const __global {at}* r{r} = ar + min(m0 + {r}, {mm - 1}) * {kk};" for r in range(ob)),
+            "    " + "int16 " + ", ".join(f"a{r} = 0" for r in range(ob)) + ", s = 0;",
+            "    const int16 o = (int16)(off * 0x01010101);",
+            f"    for (int k = 0; k < {full}; ++k) {{",
+            f"        const int16 bv = vload16(k, bb){_flip(flip_b)};",
+            *(["        s = KERNEL_dot4(s, o, bv);"] if needed else []),
+            *(f"        a{r} = KERNEL_dot4(a{r}, (int16)(as_int(vload4(k, {rows[r]})){flip_a}), bv);"
+              for r in range(ob)),
+            "    }"]
+    if kq > full:  # the rows' last bytes, past them zeros (B's k there are at its zero point: 0 after all)
+        left = kk - 4 * full
+        body += ["    {", f"        const int16 bv = vload16({full}, bb){_flip(flip_b)};",
+                 *(["        s = KERNEL_dot4(s, o, bv);"] if needed else [])]
+        for r in range(ob):
+            parts = " | ".join(f"((uint)(uchar)({rows[r]})[{4 * full + j}]{' ^ 0x80u' if signed else ''})"
+                               + (f" << {8 * j}" if j else "") for j in range(left))
+            body.append(f"        a{r} = KERNEL_dot4(a{r}, (int16)((int)({parts})), bv);")
+        body.append("    }")
+    body += [f"    acc[{r}] = a{r}{' - s' if needed else ''};" for r in range(ob)] + ["}"]
+    src = "\n".join([
+        PREAMBLE,
+        f"// {ctx.op_name}: {a} x {bt} -> {y}",
+        f"// {ob} rows x 16 columns an item, k in quads (8-bit dot products), B packed [N/16][K/4][16][4]",
+        *body, "",
+        f"__kernel void KERNEL({q._params(ctx, f'__global const {at}* restrict in0')}) {{",
+        "    const int nb = get_global_id(0), m0 = get_global_id(1) * " + f"{ob}, q = get_global_id(2);",
+        f"    if (nb >= {nblk} || m0 >= {mm}) return;",
+        "    const int n0 = nb * 16;",
+        f"    int16 acc[{ob}];",
+        f"    KERNEL_dots(in0 + {q._batch_offset(batch, a.dims, mm * kk, 'q')}, m0,",
+        f"                (const __global int*)(in1) + {q._batch_offset(batch, bt.dims, nblk * kq * 16, 'q')}"
+        f" + nb * {kq * 16}, {off}, acc);",
+        *(q.matmul_store(ctx, r, f"acc[{r}]") for r in range(ob)),
+        "}"]) + "\n"
+    lx = min(nblk, 8)
+    k = Kernel(src, (math.ceil(nblk / lx) * lx, mblk, math.prod(batch)), (lx, 1, 1))
+    low = Lowered([k], schedule={"rows": ob, "cols": 16, "quads": 1})
+    rank = bt.rank
+    # [.., K, N] -> [.., ceil(N / 16), ceil(K / 4), 16, 4], missing columns and k at the zero point
+    low.pack[1] = PackSpec((rank - 1, rank - 2), (16, 4), (*range(rank - 2), rank - 1, rank - 2),
+                           padding_value=float(bz))
+    return low
