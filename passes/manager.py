@@ -34,6 +34,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fold-constants": "tessel.passes.fold_constants",
     "fold-batchnorm": "tessel.passes.fold_batchnorm",
     "fold-qdq": "tessel.passes.fold_qdq",
+    "fold-lookup": "tessel.passes.fold_lookup",
     "convert-precision": "tessel.passes.convert_precision",
     "emulate-f16": "tessel.passes.emulate_f16",
     "fold-pad": "tessel.passes.fold_pad",

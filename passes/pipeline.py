@@ -21,12 +21,13 @@ their f32 originals do."""
 O_LEVELS: dict[int, str] = {
     0: "",
     1: CLEANUP,
-    2: f"fold-qdq,{HALF},{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
-    3: f"fold-qdq,{HALF},{CLEANUP},{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},"
+    2: f"fold-qdq,{HALF},{CLEANUP},fold-lookup,{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},fuse,dce",
+    3: f"fold-qdq,{HALF},{CLEANUP},fold-lookup,{PATTERNS},{ALGEBRAIC},{CLEANUP},{LAYOUT},{CLEANUP},"
        "fuse{recompute=true},dce",
 }
 """-O1 cleans up; -O2 (what `tessel compile` runs) first turns quantized contractions into integer ops
-(fold-qdq, before fold-constants folds a dequantize of constant weights), then adds pattern
+(fold-qdq, before fold-constants folds a dequantize of constant weights) and tabulates the elementwise
+chains of one 8-bit tensor left between them (fold-lookup), then adds pattern
 recognition, algebraic folding, NCHWc layout propagation and fusion; -O3 also recomputes cheap
 multi-use producers inside each consumer's kernel instead of storing them."""
 

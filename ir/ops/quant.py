@@ -301,3 +301,29 @@ register(OpDef(
     doc="matmul_integer plus the i32 bias (per column), requantized like qconv2d with the scale per "
         "tensor or per column (ONNX QLinearMatMul; a quantized Gemm or FC).",
 ))
+
+
+# table lookup ---------------------------------------------------------------------------------------------
+def _lookup_infer(sig: Sig) -> list[TensorType]:
+    x, table = sig.operands
+    check(x.dtype in EIGHT_BIT, f"lookup indexes with an i8 or ui8 tensor, got {x}")
+    check(table.rank == 1 and table.dims[0] == 256, f"the table must have 256 elements, got {table}")
+    return [TensorType(x.shape, table.dtype)]
+
+
+def _lookup_ref(sig: Sig, x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    return table[np.asarray(x).view(np.uint8)]
+
+
+def _lookup_cost(sig: Sig) -> Cost:
+    """Reads x and writes the result; the table (256 elements) stays in cache."""
+    return Cost(0, sig.operands[0].nbytes + sig.operands[1].nbytes, sig.results[0].nbytes)
+
+
+register(OpDef(
+    "lookup", ("x", "table"), infer=_lookup_infer, reference=_lookup_ref, cost=_lookup_cost,
+    doc="table[x] for 8-bit x, its byte read as unsigned (ui8 x: x; i8 x: x + 256 below 0, so the table "
+        "holds f(0..127) then f(-128..-1)): any elementwise function of one 8-bit tensor, tabulated "
+        "(fold-lookup makes it from a chain of elementwise ops, such as a QDQ model's dequantize -> "
+        "sigmoid -> quantize).",
+))

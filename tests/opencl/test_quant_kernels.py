@@ -516,3 +516,13 @@ def test_pointwise_integer_conv_is_a_pixel_gemm(case: Conv, schedule: dict[str, 
     check_op("qconv2d", inputs, attrs, schedule=schedule)
     with pytest.raises(NotLowerable, match="rows=5"):
         lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 5})
+
+
+@pytest.mark.parametrize("x, shape, table", [("ui8", (1, 4, 8, 9), "ui8"), ("i8", (3, 37), "f32"),
+                                             ("i8", (5,), "i8"), ("ui8", (2, 0), "ui8")])
+def test_lookup(x: str, shape: tuple[int, ...], table: str) -> None:
+    """table[x] (fold-lookup's tabulated chains): x's byte read as unsigned, 16 elements a work-item and
+    the tail one at a time; exact."""
+    rng = rng_for("lookup", x, str(shape), table)
+    t = ints(rng, (256,), table) if table != "f32" else rng.standard_normal(256).astype(np.float32)
+    check_op("lookup", [ints(rng, shape, x), t], {}, constant=(False, True))

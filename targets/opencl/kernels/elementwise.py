@@ -314,6 +314,36 @@ def vectorizable(op_name: str, sig: Sig) -> bool:
     return k in rule.vec and len({ctype(t) for t in [*sig.operands, *sig.results]}) == 1
 
 
+QUANT_INTS = ("i8", "ui8", "i16", "ui16", "i32")
+
+
+def converts(op_name: str, sig: Sig) -> bool:
+    """Whether op `op_name` has a vector form that converts between types (`converting_expr`): dequantize
+    of an integer to f32, quantize of f32 to an integer, with an f32 scale."""
+    ops = sig.operands
+    if op_name == "dequantize":
+        return ops[0].dtype in QUANT_INTS and ops[1].dtype == "f32" and sig.results[0].dtype == "f32"
+    if op_name == "quantize":
+        return ops[0].dtype == "f32" and ops[1].dtype == "f32" and ops[2].dtype in QUANT_INTS
+    return False
+
+
+def converting_expr(op_name: str, sig: Sig, operands: Sequence[str], width: int) -> str:
+    """`width` lanes of quantize / dequantize (`converts`), each operand a vector of its own type: the
+    scalar rules' arithmetic lane by lane (a comparison's -1 lanes choose), the result converted to its
+    element type exactly (the quantized value is clamped within it first)."""
+    a, b, c = (o if re.fullmatch(r"[\w.]+", o) else f"({o})" for o in operands)
+    f, i, u = (f"{t}{width}" for t in ("float", "int", "uint"))
+    if op_name == "dequantize":
+        return f"((convert_{f}({a}) - convert_{f}({c})) * {b})"
+    lo, hi = int_range(sig.operands[2].dtype)
+    r = f"rint({a} / {b})"
+    big = "2147483648.0f"
+    q = f"select(({i})(INT_MIN), convert_{i}({r}), ({r} >= -{big}) & ({r} < {big}))"
+    wrapped = f"as_{i}(as_{u}({q}) + as_{u}(convert_{i}({c})))"
+    return f"convert_{ctype(sig.results[0])}{width}(clamp({wrapped}, {lo}, {hi}))"
+
+
 def expr(op_name: str, sig: Sig, operands: Sequence[str], width: int = 1) -> str:
     """The C expression of one element of `op_name`'s result (of `width`-wide vectors when width > 1, which
     needs `vectorizable`). `operands` are C expressions of the operand element types; pass variable names,
@@ -321,6 +351,8 @@ def expr(op_name: str, sig: Sig, operands: Sequence[str], width: int = 1) -> str
     assignment (comparisons, logic and is_nan give int 0/1). `sig.results` must be inferred (cast)."""
     rule, _, text = _rule(op_name, sig)
     if width > 1 and not vectorizable(op_name, sig):
+        if converts(op_name, sig):
+            return converting_expr(op_name, sig, operands, width)
         raise ValueError(f"'{op_name}' on {sig.operands[-1].dtype} has no vector form")
     t = ctype(sig.operands[-1])
     env = {"T": t, "U": _UNSIGNED.get(t, t), "R": ctype(sig.results[0]) if sig.results else t}
@@ -441,8 +473,8 @@ def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
     dims, strides = coalesce(out.dims, [t.dims for t in ins])
     idx, L = index_type(*ins, out), dims[-1]
     rows = out.numel // L if out.numel else 0
-    vec = vectorizable(ctx.op_name, sig)
-    width = vector_lanes(ctx.device, out.np_dtype.itemsize) if vec else 1
+    vec = vectorizable(ctx.op_name, sig) or converts(ctx.op_name, sig)
+    width = vector_lanes(ctx.device, max(t.np_dtype.itemsize for t in (*ins, out))) if vec else 1
     width = int(ctx.schedule.get("vector", width)) if vec else 1
     if width not in (1, 2, 4, 8, 16):
         raise NotLowerable(f"schedule vector={width}: OpenCL vectors are 2, 4, 8 or 16 wide")
@@ -490,9 +522,9 @@ def kernel(ctx: Ctx) -> tuple[Kernel, dict[str, int]]:
                 f"    out0[o + k] = ({t_out}){_group(expr(ctx.op_name, sig, names))};", "}"]
 
     if width > 1:
-        tv = f"{ctype(ins[-1])}{width}"
-        loads = [f"const {tv} {n} = vload{width}(0, in{i} + {offs[i]});" if strides[i][-1]
-                 else f"const {tv} {n} = ({tv})(in{i}[{offs[i]}]);" for i, n in enumerate(names)]
+        tv = [f"{ctype(t)}{width}" for t in ins]
+        loads = [f"const {tv[i]} {n} = vload{width}(0, in{i} + {offs[i]});" if strides[i][-1]
+                 else f"const {tv[i]} {n} = ({tv[i]})(in{i}[{offs[i]}]);" for i, n in enumerate(names)]
         value = expr(ctx.op_name, sig, names, width)
         value = value[1:-1] if _group(value) == value and value.startswith("(") else value
         vector = [*loads, f"vstore{width}({value}, 0, out0 + o);"]

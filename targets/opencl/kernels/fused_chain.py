@@ -126,12 +126,17 @@ def op_expr(op: Op, sig: Sig, names: list[str], width: int) -> str:
     return ew.expr(op.name, sig, names, width)
 
 
-def vector_ok(rg: Region, ops: list[Op], types: list[TensorType]) -> bool:
-    """Whether every op has a vector form and everything is of one C type."""
+def vector_ok(rg: Region, ops: list[Op], types: list[TensorType], mixed: bool = False) -> bool:
+    """Whether every op has a vector form and everything is of one C type; with `mixed`, each value may
+    have its own type, quantize and dequantize converting between them (ew.converts: a QDQ chain's 8-bit
+    loads and stores around float arithmetic)."""
     if any(op.name not in CHAIN_OPS for op in ops):
         return False
     cs = {ctype(t) for t in types} | {ctype(t) for op in ops for t in [*op.operand_types, *op.result_types]}
-    return len(cs) == 1 and all(op.name == "batch_norm" or ew.vectorizable(op.name, rg.sig(op)) for op in ops)
+    if len(cs) == 1:
+        return all(op.name == "batch_norm" or ew.vectorizable(op.name, rg.sig(op)) for op in ops)
+    return mixed and all(op.name != "batch_norm" and (ew.vectorizable(op.name, rg.sig(op))
+                                                      or ew.converts(op.name, rg.sig(op))) for op in ops)
 
 
 def vt(t: TensorType | str, width: int) -> str:

@@ -43,7 +43,7 @@ def lower_elementwise(ctx: Ctx, rg: Region) -> Lowered:
         source(v, space)
     dims, strides = ew.coalesce(space, [s for _, s in src_list]) if src_list else ew.coalesce(space, [])
     types = [v.type for v, _ in src_list] + list(ctx.results)
-    vec = vector_ok(rg, rg.ops, types + [TensorType((), d) for _, d in rg.splat.values()])
+    vec = vector_ok(rg, rg.ops, types + [TensorType((), d) for _, d in rg.splat.values()], mixed=True)
     out = ctx.results[0]
     width = ew.vector_lanes(ctx.device, max(t.np_dtype.itemsize for t in types)) if vec else 1
     L = dims[-1]

@@ -151,3 +151,32 @@ __kernel void KERNEL(__global const {I}* restrict in1, __global const {T}* restr
         return Lowered([copy])
     k = launch_1d(lines_n)
     return Lowered([copy, Kernel(src, k.global_size, k.local_size, ("in1", "in2", "out0"))])
+
+
+@template("lookup")
+def lookup(ctx: Ctx) -> Lowered:
+    """table[x], x's byte read as unsigned: 16 elements a work-item, the table (256 elements) read from
+    global memory, where it stays in the L1 cache."""
+    require_static(*ctx.operands, *ctx.results)
+    x, table = ctx.operands
+    y = ctx.results[0]
+    T, n = ctype(table), x.numel
+    if not n:
+        return one_kernel(empty_kernel("lookup", T))
+    idx = index_type(x, y)
+    lanes = ", ".join(f"in1[u.s{'0123456789abcdef'[j]}]" for j in range(16))
+    src = f"""// lookup: out0[i] = in1[(uchar)in0[i]] over {n} elements, 16 a work-item
+__kernel void KERNEL(__global const {ctype(x)}* restrict in0, __global const {T}* restrict in1,
+                     __global {T}* restrict out0) {{
+    const {idx} i = ({idx})get_global_id(0) * 16;
+    if (i + 16 <= {n}) {{
+        const uchar16 u = as_uchar16(vload16(0, in0 + i));
+        vstore16(({T}16)({lanes}), 0, out0 + i);
+    }} else {{
+        for ({idx} k = i; k < {n}; ++k) out0[k] = in1[(uchar)in0[k]];
+    }}
+}}
+"""
+    launch = launch_1d(n, 16)
+    launch.source = src
+    return Lowered([launch], schedule={"vector": 16})
