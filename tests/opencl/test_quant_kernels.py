@@ -526,3 +526,37 @@ def test_lookup(x: str, shape: tuple[int, ...], table: str) -> None:
     rng = rng_for("lookup", x, str(shape), table)
     t = ints(rng, (256,), table) if table != "f32" else rng.standard_normal(256).astype(np.float32)
     check_op("lookup", [ints(rng, shape, x), t], {}, constant=(False, True))
+
+
+DEPTHWISE = [
+    (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True, scale_per_channel=True),
+     {}),
+    # stride 2 (the even / odd phase split), per-channel weight zero points, batch 2, 4 rows an item
+    (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
+          bias=True, bounds="relu"), {"rows": 4}),
+    # i8 input, ui8 weights, 5x5 stride 2 with asymmetric pads, a channel multiplier of 2, 3 rows an item
+    (Conv("i8", "ui8", 1, 4, (20, 37), 8, 5, stride=2, pad=(2, 1, 2, 3), groups=4, bias=True, y="i8"),
+     {"rows": 3}),
+    # dilation 2, 7 columns (one partial vector), stride 3 with a 7x7 kernel
+    (Conv("ui8", "i8", 1, 3, (7, 7), 3, 3, pad=(2, 2, 2, 2), dilation=2, groups=3), {}),
+    (Conv("ui8", "i8", 1, 2, (11, 11), 2, 7, stride=3, pad=(3, 3, 3, 3), groups=2, bias=True), {"rows": 1}),
+    # the integer kernel kept by depthwise=0
+    (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True), {"depthwise": 0}),
+]
+
+
+@pytest.mark.parametrize("case, schedule", DEPTHWISE, ids=[f"{c}-{s}" for c, s in DEPTHWISE])
+def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str, int]) -> None:
+    """One input channel a group: float FMAs give the i32 accumulator exactly (qconv_depthwise.py), any
+    stride (phase-split repack), dilation, padding, channel multiplier and rows an item; depthwise=0
+    keeps the integer kernel; rows past 8 are refused."""
+    rng = rng_for("dw", str(case), str(schedule))
+    inputs, attrs = conv_operands(case, rng)
+    low = lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
+    assert low.schedule.get("depthwise", 0) == schedule.get("depthwise", 1)
+    check_op("conv2d_integer", inputs, attrs, schedule=schedule)
+    acc = reference("conv2d_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
+    check_op("qconv2d", inputs, attrs, schedule=schedule)
+    with pytest.raises(NotLowerable, match="rows=9"):
+        lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 9})

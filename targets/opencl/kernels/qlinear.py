@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
 from .gemm import aligned_strides, batch_offset
+from .qconv_depthwise import conv_depthwise
+from .qconv_depthwise import fits as depthwise_fits
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
 from .qdot import conv_quads, matmul_quads, pointwise_quads
 from .qdot import fits as quads_fit
@@ -217,6 +219,8 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
         return conv_quads(ctx, px) if quads else conv_pairs(ctx, px)
     if lanes:
         return _conv_channel_lanes(ctx, lanes)
+    if depthwise_fits(ctx):
+        return conv_depthwise(ctx)  # one input channel a group: exact float FMAs
     return _conv_pixel_lanes(ctx)
 
 

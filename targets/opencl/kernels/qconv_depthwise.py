@@ -1,0 +1,156 @@
+"""The integer depthwise conv (one input channel a group) in float arithmetic, exact.
+
+Each product (x - x_zero_point)(w - w_zero_point) is an integer of at most 255 * 255 in magnitude, so
+float32 holds it and every partial sum of up to 258 of them (below 2^24) exactly: for a depthwise conv of
+at most 256 taps the f32 FMAs give the i32 accumulator to the bit, at one FMA a product where the
+integer kernel (qlinear's pixel lanes) widens to i32 and multiplies with `vpmulld` (two uops).
+
+A first kernel copies x as it is (8-bit) into a padded, phase-split scratch plane per channel (rows of wq
+positions a phase, so a tap's inputs for consecutive output columns are consecutive for any stride), the
+padding holding x_zero_point (which contributes 0). Stride-1 rows copy 16 bytes at a time; stride-2 rows
+split 32 bytes into their even and odd phases with two shuffles. The main kernel computes 16 output
+columns (the lanes) by `rows` output rows of one output channel: each input row a tap reads is loaded
+once per column offset (kx), converted to float, x_zero_point subtracted, and multiply-added into every
+output row that uses it, the weights (w - w_zero_point) scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
+
+MAX_TAPS = 256  # 256 * 255 * 255 < 2^24: the f32 sums stay exact
+
+
+def fits(ctx: Ctx) -> bool:
+    """One input channel a group, at most MAX_TAPS taps (schedule `depthwise`: 0 keeps the integer
+    kernel)."""
+    w = ctx.operands[1]
+    return (w.dims[1] == 1 and w.dims[2] * w.dims[3] <= MAX_TAPS
+            and bool(int(ctx.schedule.get("depthwise", 1))))
+
+
+def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
+    """x into tmp0 [N * C, hp, wp] (its type), padded with x_zero_point, each row in `sw` phases of wq:
+    phase p's position j holds x[j * sw + p - pl]. A work-item fills one padded row: per phase, the
+    positions whose inputs lie inside the row 16 at a time (a 16-byte load, or for stride 2 a 32-byte load
+    and a shuffle of its even lanes), the rest one at a time."""
+    xt = ctype(ctx.operands[0])
+    sw, wq, wd, pl = g.sw, g.wq, g.wd, g.pl
+    if sw == 1:
+        chunk = "vload16(0, src + ix0)"
+    elif sw == 2:
+        evens = ", ".join(str(2 * i) for i in range(16))
+        chunk = f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
+    else:
+        chunk = ""
+    span = 16 * sw  # the inputs a chunk reads
+    vector = f"""            for (; j + 16 <= hi && (j * {sw} + ph - {pl}) + {span} <= {wd}; j += 16) {{
+                const int ix0 = j * {sw} + ph - {pl};
+                vstore16({chunk}, 0, dst + j);
+            }}
+""" if chunk else ""
+    src = f"""// {ctx.op_name} input padded with its zero point to {hp}x{g.wp}, {sw} phases of {wq} a row
+__kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
+                     __global {xt}* restrict tmp0) {{
+    const int yp = get_global_id(0), nc = get_global_id(1);
+    if (yp >= {hp}) return;
+    const int iy = yp - {g.pt};
+    const {xt} xz = in2[0];
+    const __global {xt}* src = in0 + ((long)nc * {g.h} + iy) * {wd};
+    __global {xt}* row = tmp0 + ((long)nc * {hp} + yp) * {g.wp};
+    if (iy < 0 || iy >= {g.h}) {{
+        for (int q = 0; q < {g.wp}; q += 16) {{
+            if (q + 16 <= {g.wp}) vstore16(({xt}16)(xz), 0, row + q);
+            else for (int k = q; k < {g.wp}; ++k) row[k] = xz;
+        }}
+        return;
+    }}
+    for (int ph = 0; ph < {sw}; ++ph) {{
+        __global {xt}* dst = row + ph * {wq};
+        // positions lo..hi - 1 read inside the row: j * sw + ph - pl in [0, wd)
+        const int lo = min({wq}, ({pl} - ph + {sw - 1}) / {sw});
+        const int hi = max(lo, min({wq}, ({wd} + {pl} - ph + {sw - 1}) / {sw}));
+        for (int j = 0; j < lo; ++j) dst[j] = xz;
+        int j = lo;
+{vector}            for (; j < hi; ++j) dst[j] = src[j * {sw} + ph - {pl}];
+        for (j = hi; j < {wq}; ++j) dst[j] = xz;
+    }}
+}}
+"""
+    ly = min(hp, 16)
+    return Kernel(src, (math.ceil(hp / ly) * ly, g.n * g.c), (ly, 1), ("in0", "in2", "tmp0"))
+
+
+def conv_depthwise(ctx: Ctx) -> Lowered:
+    from . import qlinear as q
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    rows = int(ctx.schedule.get("rows", 4))
+    if not 1 <= rows <= 8:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (1..8)")
+    geo = q._geo(ctx, 16)
+    rows = min(rows, geo.ho)
+    rb = math.ceil(geo.ho / rows)
+    hp = max(geo.hp, (rb * rows - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1)
+    geo = dataclasses.replace(geo, hp=hp)
+    xt, wt, yt = ctype(x), ctype(w), ctype(y)
+    lines = []
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            lines.append(f"    const float w{ky}_{kx} = (float)((int)wc[{ky * geo.kw + kx}] - wz);")
+    lines.append("    float16 " + ", ".join(f"a{r} = 0" for r in range(rows)) + ";")
+    for i in range((rows - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1):
+        offsets = [(r, i - r * geo.sh) for r in range(rows)]
+        uses = [(r, d // geo.dh) for r, d in offsets if d >= 0 and d % geo.dh == 0 and d // geo.dh < geo.kh]
+        if not uses:
+            continue
+        for kx in range(geo.kw):
+            at = f"xb + {i * geo.wp + geo.tap(0, kx)}"
+            lines.append(f"    {{ const float16 v = convert_float16(vload16(0, {at})) - xz;")
+            lines += [f"      a{r} = fma(v, (float16)(w{ky}_{kx}), a{r});" for r, ky in uses]
+            lines.append("    }")
+    for r in range(rows):
+        val = q._requant(ctx, f"convert_int16(a{r})", 16, "oc")
+        out = f"out0 + ((long)(b * {geo.m} + oc) * {geo.ho} + oy0 + {r}) * {geo.wo} + ox0"
+        tail = "\n".join(f"            if (ox0 + {j} < {geo.wo}) o[{j}] = v.s{'0123456789abcdef'[j]};"
+                         for j in range(16))
+        lines.append(f"""    if (oy0 + {r} < {geo.ho}) {{
+        const {yt}16 v = {val};
+        __global {yt}* o = {out};
+        if (ox0 + 16 <= {geo.wo}) vstore16(v, 0, o);
+        else {{
+{tail}
+        }}
+    }}""")
+    body = "\n".join(lines)
+    src = f"""// {ctx.op_name} depthwise: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; 16 columns (lanes) x {rows}
+// rows an item, in float (exact: integer products and sums below 2^24)
+__kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict tmp0")}) {{
+    const int ox0 = get_global_id(0) * 16, oy0 = get_global_id(1) * {rows}, z = get_global_id(2);
+    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
+    const int b = z / {geo.m}, oc = z % {geo.m};
+    const float xz = (float)in2[0];
+    const int wz = (int)in3[{"oc" if ctx.operands[3].numel > 1 else "0"}];
+    const __global {xt}* xb = tmp0 + ((long)b * {geo.c} + oc / {og}) * {geo.plane}
+                              + oy0 * {geo.sh * geo.wp} + ox0;
+    const __global {wt}* wc = in1 + oc * {geo.kh * geo.kw};
+{body}
+}}
+"""
+    xb = math.ceil(geo.wo / 16)
+    lx = min(xb, 4)
+    ly = max(1, min(rb, 16 // lx))
+    grid = (math.ceil(xb / lx) * lx, math.ceil(rb / ly) * ly, geo.n * geo.m)
+    main = Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([_repack(ctx, geo, hp), main], scratch=[x.itemsize * geo.n * geo.c * geo.plane],
+                  schedule={"depthwise": 1, "rows": rows})
+    low.flops_kernel = 1
+    return low
