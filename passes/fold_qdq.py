@@ -11,22 +11,24 @@ a `dequantize` of its 8-bit inputs and a `quantize` of its output. This pass rew
   2, with or without an `add` of a bias vector) and gemm (alpha = 1, trans_a = 0; trans_b transposes W)
   become `qmatmul` the same way. A `relu` or `clip` between the contraction and the quantize becomes the
   requantization's saturation bounds.
-- data movement: y = P(dequantize(x, s, z)) quantized with the same s and z, for P a reshape or a
-  transpose, becomes P(x) on the integers.
+- data movement: y = P(dequantize(x, s, z)) quantized with the same s and z, for P a reshape, a
+  transpose, a concat (every input at s and z) or a max pool (dequantize is increasing), becomes P(x) on
+  the integers; a concat or max pool at other parameters becomes P of its inputs requantized
+  (quantize(dequantize(x_i)) at the output's parameters, which fold-lookup makes tables).
 - quantize(dequantize(x, s, z), s, z) is x.
 - a residual add, quantize(dequantize(a) + dequantize(b)) with per-tensor parameters and one 8-bit type,
   becomes `qadd(a, b)`: float32 fmas from the integers as onnxruntime's QLinearAdd computes it, so a QDQ
   model's residual adds match onnxruntime's to the bit (the float chain, dequantize / add / quantize,
   differs from it on a few elements in ten thousand, which a deep network grows into whole steps).
 
-Other elementwise ops between dequantize and quantize (a sigmoid, a mul) stay in float: `fuse` makes
-each such chain one kernel that reads and writes 8-bit values; they, and other ops that stay in float
-there (a max pool), get a missed remark `float-op`. A `quantize` of a conv2d, matmul or gemm the pass
-cannot fold gets a missed remark (category `quantization`) saying why: `not-dequantized` (an operand does
-not come from a dequantize), `not-constant` (a scale or zero point is not a constant),
-`per-channel` (a scale that is not per tensor, or a weight scale not along the output channels),
-`multi-use` (the float result has other users), `attributes` (gemm's alpha, beta or trans_a), `dtype`
-(not 8-bit).
+Other elementwise ops between dequantize and quantize (a sigmoid, a mul) stay in float: fold-lookup
+makes a chain of one 8-bit tensor a table, `fuse` the others one kernel that reads and writes 8-bit
+values; they, and other ops that stay in float there, get a missed remark `float-op`. A `quantize` of a
+conv2d, matmul or gemm the pass cannot fold gets a missed remark (category `quantization`) saying why:
+`not-dequantized` (an operand does not come from a dequantize), `not-constant` (a scale or zero point is
+not a constant), `per-channel` (a scale that is not per tensor, or a weight scale not along the output
+channels), `multi-use` (the float result has other users), `attributes` (gemm's alpha, beta or trans_a),
+`dtype` (not 8-bit).
 
 Run it before fold-constants (which would fold a dequantize of constant weights into float weights): -O2
 and -O3 begin with it.
@@ -47,7 +49,8 @@ from .manager import Pass, PassContext
 from .rewrite import Rewriter, apply_patterns_greedily
 
 EIGHT_BIT = ("i8", "ui8")
-MOVEMENT = ("reshape", "transpose")
+MOVEMENT = ("reshape", "transpose", "max_pool2d", "concat")  # exact on the integers at equal parameters
+REQUANTIZED = ("max_pool2d", "concat")  # at others, each input requantized first
 CONTRACTIONS = ("conv2d", "matmul", "gemm")
 
 
@@ -112,7 +115,11 @@ class Folder:
         if p.name == "dequantize":
             return self.identity(q, out, p, rw)
         if p.name in MOVEMENT:
-            return self.movement(q, out, p, rw)
+            if self.movement(q, out, p, rw):
+                return True
+            if p.name in REQUANTIZED:
+                self.float_op(p, "an input is not dequantized per tensor")
+            return False
         if p.name == "add" and self.add(q, out, p, rw):
             return True
         lo, hi, contraction = self.bounds(p, out)
@@ -125,13 +132,13 @@ class Folder:
             return False
         return True
 
-    def float_op(self, p: Op) -> None:
+    def float_op(self, p: Op, how: str = "") -> None:
         """A missed remark for an op between dequantizes and a quantize that stays in float."""
         if not any(v.op is not None and v.op.name == "dequantize" for v in p.operands):
             return
         opdef = get_op(p.name)
-        how = ("fuse makes the chain one kernel on the 8-bit values" if opdef is not None
-               and opdef.has("elementwise") else "it has no integer form here")
+        how = how or ("fuse makes the chain one kernel on the 8-bit values" if opdef is not None
+                      and opdef.has("elementwise") else "it has no integer form here")
         self.missed(p, Refusal("float-op", how), f"'{p.name}' between dequantize and quantize")
 
     def identity(self, q: Op, out: Quant, dq: Op, rw: Rewriter) -> bool:
@@ -143,11 +150,24 @@ class Folder:
         return True
 
     def movement(self, q: Op, out: Quant, p: Op, rw: Rewriter) -> bool:
-        inp = self.params(p.operands[0].op, "dequantize")
-        if isinstance(inp, Refusal) or not inp.same(out) or len(p.result.uses) != 1:
+        """P(dequantize(x, s, z)...) quantized with the same s and z is P on the integers, for P a reshape,
+        transpose, concat (every input at those parameters) or max pool (dequantize is increasing: the
+        largest integer is the largest float). A concat or max pool at other parameters takes each input
+        quantized at the output's: quantize(P(v)) = P(quantize(v)) for them, exactly."""
+        ins = [self.params(v.op, "dequantize") for v in p.operands]
+        if not ins or any(isinstance(i, Refusal) or not i.per_tensor for i in ins) or len(p.result.uses) != 1:
             return False
         t = p.result.type.with_dtype(out.zp_value.type.dtype)
-        new = rw.create(q, p.name, [inp.value], [t], dict(p.attrs), fuse_locs(p.loc, q.loc))
+        values = [i.value for i in ins if not isinstance(i, Refusal)]
+        if any(not i.same(out) for i in ins if not isinstance(i, Refusal)):
+            if p.name not in REQUANTIZED:
+                return False
+            # the quantize moves onto each input (it is elementwise, and non-decreasing for the max): a
+            # requantization of one 8-bit tensor, which fold-lookup makes a table, or nothing at equal
+            # parameters
+            values = [rw.create(q, "quantize", [v, q.operands[1], q.operands[2]],
+                                [v.type.with_dtype(t.dtype)], {}, q.loc).result for v in p.operands]
+        new = rw.create(q, p.name, values, [t], dict(p.attrs), fuse_locs(p.loc, q.loc))
         new.result.name = q.result.name
         rw.replace_op(q, [new.result])
         self.owner.stat("num-integer-movement")

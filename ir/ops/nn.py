@@ -215,7 +215,10 @@ register(OpDef(
 # pooling ------------------------------------------------------------------------------------------------
 def _pool_infer(sig: Sig) -> list[TensorType]:
     x = sig.operands[0]
-    _float(x)
+    if "dilations" in sig.attrs:  # max_pool2d: 8-bit integers too (ONNX MaxPool takes i8 and ui8)
+        check(x.is_float or x.dtype in ("i8", "ui8"), f"input must be a float or 8-bit tensor, got {x}")
+    else:
+        _float(x)
     _rank(x, 4, "input")
     k, s, p = _ints(sig, "kernel", 2, 1), _ints(sig, "strides", 2, 1), _ints(sig, "pads", 4, 0)
     d = _ints(sig, "dilations", 2, 1) if "dilations" in sig.attrs else [1, 1]
@@ -244,7 +247,8 @@ def _pool_geometry(sig: Sig, x: np.ndarray) -> tuple[list[int], list[int], list[
 @_widened
 def _max_pool_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
     k, s, p, d, ends, ho, wo = _pool_geometry(sig, x)
-    xp = _pad_hw(x, p[0], p[1], ends[0], ends[1], -np.inf)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min  # padding never wins
+    xp = _pad_hw(x, p[0], p[1], ends[0], ends[1], low)
     y = _taps(xp, 0, 0, s, d, ho, wo).copy()
     for i in range(k[0]):
         for j in range(k[1]):
@@ -284,7 +288,8 @@ POOL_ATTRS = {"kernel": attr("ints"), "strides": attr("ints", [1, 1]), "pads": a
 register(OpDef(
     "max_pool2d", ("x",), infer=_pool_infer, reference=_max_pool_ref,
     attrs={**POOL_ATTRS, "dilations": attr("ints", [1, 1])}, traits=PURE, cost=_pool_cost,
-    doc="2-D max pooling, NCHW; padding is -inf, so it never wins.",
+    doc="2-D max pooling, NCHW, of floats or 8-bit integers; padding is -inf (an integer type's minimum), "
+        "so it never wins.",
 ))
 register(OpDef(
     "avg_pool2d", ("x",), infer=_pool_infer, reference=_avg_pool_ref,

@@ -560,3 +560,14 @@ def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str
     check_op("qconv2d", inputs, attrs, schedule=schedule)
     with pytest.raises(NotLowerable, match="rows=9"):
         lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 9})
+
+
+@pytest.mark.parametrize("dtype, shape, k, s, pads, ceil", [
+    ("ui8", (1, 3, 13, 17), 3, 2, (0, 0, 0, 0), True), ("i8", (2, 4, 9, 40), 3, 1, (1, 1, 1, 1), False),
+    ("ui8", (1, 2, 56, 56), 3, 2, (1, 1, 1, 1), False), ("i8", (1, 2, 7, 7), 2, 2, (0, 0, 0, 0), True)])
+def test_integer_max_pool(dtype: str, shape: tuple[int, ...], k: int, s: int, pads: tuple[int, ...],
+                          ceil: bool) -> None:
+    """8-bit max pools (fold-qdq moves a QDQ model's onto the integers): padding at the type's minimum
+    never wins; vector interior and scalar edges, exact."""
+    x = ints(rng_for("maxpool", dtype, str(shape)), shape, dtype)
+    check_op("max_pool2d", [x], {"kernel": [k, k], "strides": [s, s], "pads": list(pads), "ceil_mode": ceil})

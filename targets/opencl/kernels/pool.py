@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ....ir.types import TensorType
+from ....ir.types import TensorType, int_range
 from .base import (
     Ctx,
     Kernel,
@@ -29,12 +29,15 @@ from .base import (
 from .gemm import Epilogue
 
 FLOATS = ("f32", "f64")
+BYTES = ("i8", "ui8")
 LANES = "0123456789abcdef"
 
 
 def _float_type(ctx: Ctx) -> tuple[TensorType, TensorType, str]:
     require_static(*ctx.operands, *ctx.results)
     x, y = ctx.operands[0], ctx.results[0]
+    if ctx.op_name == "max_pool2d" and x.dtype in BYTES:
+        return x, y, ctype(x)  # 8-bit max pools (a QDQ model's, moved onto the integers by fold-qdq)
     if x.dtype not in FLOATS:
         raise NotLowerable(f"{ctx.op_name} on {x.dtype}: the OpenCL kernels cover f32 and f64")
     return x, y, ctype(x)
@@ -44,9 +47,11 @@ def _lit(v: float, T: str) -> str:
     return repr(float(v)) + ("f" if T == "float" else "")
 
 
-def _max(acc: str, v: str, vector: bool, mask: bool = False) -> str:
+def _max(acc: str, v: str, vector: bool, mask: bool = False, integer: bool = False) -> str:
     """acc = max(acc, v) with NaN winning, as numpy's maximum (`mask`: fmax, and a sticky mask `bad` of
-    NaN lanes that the caller applies at the end)."""
+    NaN lanes that the caller applies at the end; `integer`: OpenCL's max)."""
+    if integer:
+        return f"{acc} = max({acc}, {v});"
     if mask:
         return f"{acc} = fmax({acc}, {v}); bad |= isnan({v});"
     if vector:
@@ -108,7 +113,8 @@ def pool2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
         if last >= first:
             v, loads, bmax = cand, cand_loads, last
             break
-    init = "(-INFINITY)" if is_max else _lit(0.0, T)
+    integer = x.dtype in BYTES
+    init = (f"(({T}){int_range(x.dtype)[0]})" if integer else "(-INFINITY)") if is_max else _lit(0.0, T)
     what = (f"{ctx.op_name} kernel=[{k0}, {k1}] strides=[{s0}, {s1}] pads={p} dilations=[{d0}, {d1}]"
             f"{' count_include_pad' if include else ''}: {list(x.dims)} -> {list(y.dims)}, one output row "
             f"per item")
@@ -136,7 +142,8 @@ def pool2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
                "        for (int i = i0; i < i1; i++) {",
                f"            __global const {T}* row = xp + (hs + i * {d0}) * {w} + ws;",
                "            for (int j = j0; j < j1; j++) "
-               + (_max("acc", f"row[j * {d1}]", False) if is_max else f"acc += row[j * {d1}];"),
+               + (_max("acc", f"row[j * {d1}]", False, integer=integer) if is_max
+                  else f"acc += row[j * {d1}];"),
                "        }"]
         at = f"g * {wo} + ow"
         if is_max:
@@ -154,7 +161,8 @@ def pool2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
                   f"        const int ow0 = min({first} + m * {v}, {bmax});",
                   f"        __global const {T}* win = xp + ow0 * {s1} - {p[1]};",
                   f"        {TV} acc = ({TV}){init};",
-                  *([f"        {'long' if T == 'double' else 'int'}{v} bad = 0;"] if is_max else []),
+                  *([f"        {'long' if T == 'double' else 'int'}{v} bad = 0;"]
+                    if is_max and not integer else []),
                   "        for (int i = i0; i < i1; i++) {",
                   f"            __global const {T}* row = win + (hs + i * {d0}) * {w};"]
         done: set[int] = set()
@@ -167,8 +175,9 @@ def pool2d(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
                     done.add(base)
                     lines.append(f"            const {T}{2 * v} l{base} = vload{2 * v}(0, row + {base});")
                 val = f"l{base}.{lanes}"
-            lines.append("            " + (_max("acc", val, True, mask=True) if is_max else f"acc += {val};"))
-        res = f"select(acc, ({TV})NAN, bad)" if is_max else f"acc / ({T})(ch * {k1})"
+            lines.append("            " + (_max("acc", val, True, mask=True, integer=integer) if is_max
+                                          else f"acc += {val};"))
+        res = ("acc" if integer else f"select(acc, ({TV})NAN, bad)") if is_max else f"acc / ({T})(ch * {k1})"
         lines += ["        }", f"        vstore{v}({epi(res, f'g * {wo} + ow0', v)}, 0, yp + ow0);", "    }"]
         if bmax + v < wo:
             lines += scalar(str(bmax + v), str(wo))
