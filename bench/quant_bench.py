@@ -46,8 +46,9 @@ sys.path.insert(0, str(HERE))
 
 from bench import RESULTS, ZOO, geomean, load_model  # noqa: E402
 
-STATIC = ("resnet50", "squeezenet", "inception_v1", "resnet18", "mobilenet_v2", "efficientnet_b0", "unet")
-DYNAMIC = ("bert", "gpt2", "mlp")
+STATIC = ("resnet50", "squeezenet", "inception_v1", "shufflenet", "resnet18", "resnet34", "mobilenet_v2",
+          "mobilenet_v3_small", "efficientnet_b0", "convnext", "unet", "audio1d")
+DYNAMIC = ("bert", "gpt2", "vit", "mlp", "lstm", "gru")
 FC_HEAVY = ("alexnet", "zfnet512", "vgg19")
 HALF_MODELS = ("resnet18", "mobilenet_v2", "vit", "bert")
 CACHE = ZOO / "models" / "int8"

@@ -111,10 +111,11 @@ def float_lstm(seed: int = 0) -> onnx.ModelProto:
 
 
 def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...],
-             input_name: str | None = None, seed: int = 0) -> onnx.ModelProto:
+             input_name: str | None = None, seed: int = 0, preprocess: bool = False) -> onnx.ModelProto:
     """`model` through onnxruntime's quantization tool: how = 'qdq' or 'qoperator' (quantize_static, per
     channel, uint8 activations, int8 weights, 8 seeded calibration inputs for `input_name`, default the
-    first graph input) or 'dynamic'."""
+    first graph input) or 'dynamic'; `preprocess`: its quant_pre_process first (shape inference, BatchNorm
+    folded into the convs), as its documentation asks."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -125,6 +126,12 @@ def quantize(model: onnx.ModelProto, how: str, tmp: Path, shape: tuple[int, ...]
 
     src, dst = tmp / f"{how}.f32.onnx", tmp / f"{how}.int8.onnx"
     onnx.save(model, src)
+    if preprocess:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = tmp / f"{how}.pre.onnx"
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        src = pre
     if how == "dynamic":
         quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
         return onnx.load(dst)
