@@ -87,7 +87,7 @@ class Tabulator:
         self.source[id(op.results[0])] = Chain(x, (*_merge([c.ops for c in chains]), op))
 
     def roots(self, block: Block) -> list[Chain]:
-        out = []
+        out: list[Chain] = []
         for op in block.ops:
             if not op.results:
                 continue
@@ -101,8 +101,11 @@ class Tabulator:
                 continue
             if r.type.dtype not in EIGHT_BIT:  # a float root (a last dequantize): its last 8-bit value
                 last = next((o for o in reversed(c.ops) if o.results[0].type.dtype in EIGHT_BIT), None)
-                c = self.source.get(id(last.results[0])) if last is not None else None  # type: ignore[assignment]
-            if isinstance(c, Chain) and len(c.ops) >= self.min_ops and all(c is not d for d in out):
+                found = self.source.get(id(last.results[0])) if last is not None else None
+                if not isinstance(found, Chain):
+                    continue
+                c = found
+            if len(c.ops) >= self.min_ops and all(c is not d for d in out):
                 out.append(c)
         return out
 

@@ -270,8 +270,11 @@ def test_resize_verify_rejects_sizes_that_disagree_with_scales() -> None:
     ("conv2d", [(1, 3, 8, 8), (4, 3, 3, 3)], {}), ("max_pool2d", [(1, 3, 8, 8)], {"kernel": [2, 2]}),
     ("softmax", [(2, 3)], {}), ("resize", [(1, 3, 4, 4)], {"sizes": [1, 3, 8, 8], "mode": "linear"})])
 def test_infer_rejects_int(op, shapes, attrs) -> None:
-    with pytest.raises(OpError, match="must be a float tensor"):
+    """i32 is refused; max_pool2d takes 8-bit integers too (ONNX MaxPool's i8 / ui8)."""
+    with pytest.raises(OpError, match="must be a float (or 8-bit )?tensor"):
         _infer(op, shapes, attrs, dtype="i32")
+    if op == "max_pool2d":
+        assert _infer(op, shapes, attrs, dtype="ui8")
 
 
 def test_conv_mixed_dtypes_rejected() -> None:
