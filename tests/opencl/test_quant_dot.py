@@ -116,13 +116,21 @@ MATMULS = [
 ]
 
 
+@pytest.mark.parametrize("trivial", [True, False], ids=["signed-byte-b", "any-b-zero-point"])
 @pytest.mark.parametrize("case, schedule", MATMULS, ids=[str(c) for c, _ in MATMULS])
-def test_dot_matmul_is_exact(case: Matmul, schedule: dict[str, int]) -> None:
+def test_dot_matmul_is_exact(case: Matmul, schedule: dict[str, int], trivial: bool) -> None:
     """matmul_integer and qmatmul on the dot product: any K (a partial last quad assembled from the row's
-    bytes), partial row and column blocks, batched A or B, i8 or ui8 either side."""
-    rng = rng_for("dot-mm", str(case))
+    bytes), partial row and column blocks, batched A or B, i8 or ui8 either side; B's zero point 0 (i8)
+    or 128 (ui8), or any (a dynamically quantized model's ui8 weights: the rows' sums of A correct the
+    products of the flipped bytes), per tensor or per column."""
+    rng = rng_for("dot-mm", str(case), str(trivial))
     inputs = matmul_operands(case, rng)
-    inputs[3] = np.array(0 if case.b == "i8" else 128, inputs[3].dtype)  # signed-byte weights
+    if trivial:
+        inputs[3] = np.array(0 if case.b == "i8" else 128, inputs[3].dtype)  # signed-byte weights
+    else:
+        n = case.bshape[-1]
+        inputs[3] = rng.integers(-20, 20, n).astype(np.int8) if case.b == "i8" else \
+            rng.integers(0, 256, n if len(case.bshape) == 2 else ()).astype(np.uint8)
     types = [TensorType.of(a) for a in inputs]
     low = lower_op("matmul_integer", types, {}, constant=constant(4, False), info=VNNI, values=inputs,
                    schedule=schedule)[1]

@@ -58,12 +58,13 @@ def _zero_points(ctx: Ctx) -> tuple[bool, int] | None:
     return None
 
 
-def fits(ctx: Ctx) -> bool:
+def fits(ctx: Ctx, any_zero_point: bool = False) -> bool:
     """The device has the dot product, the operands are 8-bit and the weights less their zero point are
-    signed bytes (schedule `quads`: 0 keeps qconv_pairs.py's kernels)."""
+    signed bytes, or `any_zero_point` (the matmul takes any) (schedule `quads`: 0 keeps the other
+    kernels)."""
     if ctx.device.int8_dot != FEATURES or not int(ctx.schedule.get("quads", 1)):
         return False
-    return ctx.operands[0].dtype in ("i8", "ui8") and _zero_points(ctx) is not None
+    return ctx.operands[0].dtype in ("i8", "ui8") and (any_zero_point or _zero_points(ctx) is not None)
 
 
 def _offset(ctx: Ctx) -> tuple[str, bool, bool]:
@@ -345,7 +346,8 @@ def matmul_quads(ctx: Ctx) -> Lowered:
 
     a, bt = ctx.operands[:2]
     y = ctx.results[0]
-    flip_b, bz = _zero_points(ctx) or (False, 0)
+    trivial = _zero_points(ctx) is not None  # B less its zero point is b itself (i8) or b ^ 0x80 (ui8)
+    flip_b = bt.dtype == "ui8"
     off, signed, needed = _offset(ctx)
     mm, kk = a.dims[-2:]
     nn = bt.dims[-1]
@@ -359,9 +361,22 @@ def matmul_quads(ctx: Ctx) -> Lowered:
     rows = [f"r{r}" for r in range(ob)]
     body = [f"__attribute__((target(\"{FEATURES}\")))",
             f"static void KERNEL_dots(const __global {at}* restrict ar, int m0,",
-            "                        const __global int* restrict bb, int off, int16* restrict acc) {",
+            "                        const __global int* restrict bb, int off, int16* restrict acc,",
+            "                        int* restrict su) {",
             # rows past the end read the last (their results are not stored)
-            *(f"    const __global {at}* r{r} = ar + min(m0 + {r}, {mm - 1}) * {kk};" for r in range(ob)),
+            *(f"    const __global {at}* r{r} = ar + min(m0 + {r}, {mm - 1}) * {kk};" for r in range(ob))]
+    if not trivial:  # each row's sum of u: 64 bytes a dot product with ones, the rest one at a time
+        ones, tail = "(int16)(0x01010101)", f"(uchar)({'{p}[k] ^ 0x80' if signed else '{p}[k]'})"
+        chunk = ", ".join(f"as_int4(vload16(0, {{p}} + k + {16 * i}))" for i in range(4))
+        for r in range(ob):
+            body += ["    { int16 t = 0; int k = 0;",
+                     f"      for (; k + 64 <= {kk}; k += 64)",
+                     f"          t = KERNEL_dot4(t, (int16)({chunk.format(p=rows[r])})"
+                     f"{_flip(signed)}, {ones});",
+                     "      int v = " + " + ".join(f"t.s{c}" for c in "0123456789abcdef") + ";",
+                     f"      for (; k < {kk}; ++k) v += {tail.format(p=rows[r])};",
+                     f"      su[{r}] = v; }}"]
+    body += [
             "    " + "int16 " + ", ".join(f"a{r} = 0" for r in range(ob)) + ", s = 0;",
             "    const int16 o = (int16)(off * 0x01010101);",
             f"    for (int k = 0; k < {full}; ++k) {{",
@@ -380,6 +395,12 @@ def matmul_quads(ctx: Ctx) -> Lowered:
             body.append(f"        a{r} = KERNEL_dot4(a{r}, (int16)((int)({parts})), bv);")
         body.append("    }")
     body += [f"    acc[{r}] = a{r}{' - s' if needed else ''};" for r in range(ob)] + ["}"]
+    store_acc = [f"acc[{r}]" for r in range(ob)]
+    fix = []
+    if not trivial:  # + (b's lane offset: 128 or 0, less its zero point) * (sum u - K off), per row
+        bzv = q._channels("in3", ctx.operands[3], "int", 16, "n0", nn, nn % 16 == 0)
+        fix = [f"    const int16 c = (int16)({128 if flip_b else 0}) - {bzv};"]
+        store_acc = [f"acc[{r}] + c * (su[{r}] - {kk} * {off})" for r in range(ob)]
     src = "\n".join([
         PREAMBLE,
         f"// {ctx.op_name}: {a} x {bt} -> {y}",
@@ -390,16 +411,19 @@ def matmul_quads(ctx: Ctx) -> Lowered:
         f"    if (nb >= {nblk} || m0 >= {mm}) return;",
         "    const int n0 = nb * 16;",
         f"    int16 acc[{ob}];",
+        f"    int su[{ob}];",
         f"    KERNEL_dots(in0 + {q._batch_offset(batch, a.dims, mm * kk, 'q')}, m0,",
         f"                (const __global int*)(in1) + {q._batch_offset(batch, bt.dims, nblk * kq * 16, 'q')}"
-        f" + nb * {kq * 16}, {off}, acc);",
-        *(q.matmul_store(ctx, r, f"acc[{r}]") for r in range(ob)),
+        f" + nb * {kq * 16}, {off}, acc, su);",
+        *fix,
+        *(q.matmul_store(ctx, r, store_acc[r]) for r in range(ob)),
         "}"]) + "\n"
     lx = min(nblk, 8)
     k = Kernel(src, (math.ceil(nblk / lx) * lx, mblk, math.prod(batch)), (lx, 1, 1))
     low = Lowered([k], schedule={"rows": ob, "cols": 16, "quads": 1})
     rank = bt.rank
-    # [.., K, N] -> [.., ceil(N / 16), ceil(K / 4), 16, 4], missing columns and k at the zero point
+    # [.., K, N] -> [.., ceil(N / 16), ceil(K / 4), 16, 4], missing columns and k at 128 (ui8) or 0 (i8):
+    # 0 after the flip, so they add nothing to the dot products
     low.pack[1] = PackSpec((rank - 1, rank - 2), (16, 4), (*range(rank - 2), rank - 1, rank - 2),
-                           padding_value=float(bz))
+                           padding_value=128.0 if flip_b else 0.0)
     return low

@@ -405,7 +405,7 @@ def matmul_store(ctx: Ctx, r: int, acc: str) -> str:
 @template("matmul_integer", "qmatmul")
 def lower_integer_matmul(ctx: Ctx) -> Lowered:
     _check(ctx)
-    if quads_fit(ctx):
+    if quads_fit(ctx, any_zero_point=True):
         return matmul_quads(ctx)  # 8-bit dot products of four k at once
     a, bt, _, bz = ctx.operands[:4]
     y = ctx.results[0]
