@@ -77,6 +77,66 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(g.hp / ly) * ly, g.n * groups * cp), (ly, 1), ("in0", "in2", "tmp0"))
 
 
+def channel_lane_stores(ctx: Ctx, geo: Any, accs: list[str], whole: bool) -> list[str]:
+    """The stores of a channel-lane integer conv's work-item: column ox0 + p's 16 output channels from
+    accumulator accs[p] (requantized for qconv2d), one static lane at a time, columns past the row's end
+    skipped (qlinear.lane_stores)."""
+    from . import qlinear as q
+
+    y, m = ctx.results[0], ctx.operands[1].dims[0]
+    out = []
+    for p, acc in enumerate(accs):
+        val = q._requant(ctx, acc, 16, "oc0", m, whole)
+        at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
+        out.append(f"""    if (ox0 + {p} < {geo.wo}) {{
+        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
+    }}""")
+    return out
+
+
+def channel_lane_kernel(ctx: Ctx, src: str, geo: Any, px: int, blocks: int) -> Kernel:
+    """The launch of a channel-lane integer conv: `px` columns an item, up to 8 items a row and 16 in a
+    work-group, `blocks` (batch x groups x lane blocks) in the third dimension."""
+    xb = math.ceil(geo.wo / px)
+    lx = min(xb, 8)
+    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
+    grid = (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, blocks)
+    return Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+
+
+def pixel_gemm_stores(ctx: Ctx, og: int, hw: int, vcols: int, accs: list[list[str]]) -> list[str]:
+    """The stores of a 1x1 integer conv's pixel-GEMM work-item: row i's pixel vector j from accs[i][j]
+    (requantized for qconv2d), rows past the group's channels skipped, a plane's last partial vector by
+    its new lanes (conv_pointwise.plane_store)."""
+    from . import qlinear as q
+    from .conv_pointwise import plane_store
+
+    yt, rows = ctype(ctx.results[0]), len(accs)
+    panels, rem = math.ceil(hw / 16), hw % 16
+
+    def piece(lane: int, size: int) -> str:
+        part, at = f"v.s{'0123456789abcdef'[lane:lane + size]}", f"out0 + yb + {hw - 16 + lane}"
+        return f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
+
+    lines = []
+    for i in range(rows):
+        guard = og % rows and i >= og % rows
+        ind = "        " if guard else "    "
+        if guard:
+            lines.append(f"    if (o0 + {i} < {og}) {{")
+        lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
+        for j in range(vcols):
+            val = q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}")
+            lines.append(f"{ind}  {{ const {yt}16 v = {val};")
+            lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
+                                 f"{ind}    ")
+            lines.append(f"{ind}  }}")
+        lines.append(f"{ind}}}")
+        if guard:
+            lines.append("    }")
+    return lines
+
+
 def conv_pairs(ctx: Ctx, px: int) -> Lowered:
     """The paired-channel kernel: 16 output channels in the lanes, `px` output columns an item."""
     from . import qlinear as q  # its helpers; qlinear chooses this kernel
@@ -107,13 +167,7 @@ def conv_pairs(ctx: Ctx, px: int) -> Lowered:
 {macs}
         }}""")
     accs = "\n".join(f"    int16 a{p} = 0;" for p in range(px))
-    stores = []
-    for p in range(px):
-        val = q._requant(ctx, f"a{p}", 16, "oc0", w.dims[0], whole)
-        at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
-        stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
-        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
-    }}""")
+    stores = channel_lane_stores(ctx, geo, [f"a{p}" for p in range(px)], whole)
     src = f"""{PREAMBLE}
 // {ctx.op_name}: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}
@@ -140,11 +194,7 @@ __kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
 {chr(10).join(stores)}
 }}
 """
-    xb = math.ceil(geo.wo / px)
-    lx = min(xb, 8)
-    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
-    grid = (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * groups * gb)
-    main = Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    main = channel_lane_kernel(ctx, src, geo, px, geo.n * groups * gb)
     low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * geo.n * groups * cp * geo.plane],
                   schedule={"lanes": 16, "cols": px, "pairs": 1})
     # [O, Cg, KH, KW] -> [G, ceil(og / 16), ceil(Cg / 2), KH, KW, 16, 2]
@@ -171,7 +221,6 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
     vector (the plane's last one loaded ending at its end, storing only its new lanes, as conv_pointwise's
     f32 kernel)."""
     from . import qlinear as q
-    from .conv_pointwise import plane_store
 
     x, w, _, wz = ctx.operands[:4]
     y = ctx.results[0]
@@ -187,8 +236,7 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    rem = hw % 16
-    wt, yt = ctype(w), ctype(y)
+    wt = ctype(w)
     zps = ", ".join(f"(short){'in3[0]' if wz.numel == 1 else f'in3[min(grp * {og} + o0 + {i}, {o_all - 1})]'}"
                     for i in range(rows) for _ in range(2))
     lines = [PREAMBLE,
@@ -204,10 +252,6 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
              f"    const short{2 * rows} wz2 = (short{2 * rows})({zps});"]
     for j in range(vcols):
         lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
-    def piece(lane: int, size: int) -> str:
-        part, at = f"v.s{'0123456789abcdef'[lane:lane + size]}", f"out0 + yb + {hw - 16 + lane}"
-        return f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
-
     accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
     for row in accs:
         lines.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
@@ -221,21 +265,7 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
         lines.append("        " + " ".join(f"{c} = KERNEL_pair_madd({c}, wi.s{i}, x{j});"
                                             for j, c in enumerate(accs[i])))
     lines.append("    }")
-    for i in range(rows):
-        guard = og % rows and i >= og % rows
-        ind = "        " if guard else "    "
-        if guard:
-            lines.append(f"    if (o0 + {i} < {og}) {{")
-        lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
-        for j in range(vcols):
-            val = q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}")
-            lines.append(f"{ind}  {{ const {yt}16 v = {val};")
-            lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
-                                 f"{ind}    ")
-            lines.append(f"{ind}  }}")
-        lines.append(f"{ind}}}")
-        if guard:
-            lines.append("    }")
+    lines += pixel_gemm_stores(ctx, og, hw, vcols, accs)
     lines.append("}")
     local = 1
     main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (local, 1, 1),

@@ -34,6 +34,7 @@ import math
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
+from .qconv_pairs import channel_lane_kernel, channel_lane_stores, pixel_gemm_stores
 
 FEATURES = "avx512vnni"
 PREAMBLE = f"""// acc + in each i32 lane the four products of u's unsigned and w's signed bytes (vpdpbusd)
@@ -141,13 +142,7 @@ def conv_quads(ctx: Ctx, px: int) -> Lowered:
             taps.append(f"        {{ const int16 wv = vload16({t}, wc){_flip(flip_w)}; {corr}{dots} }}")
     accs = ", ".join(f"a{p} = 0" for p in range(px))
     sums = "\n".join(f"    acc[{p}] = a{p}{' - s' if needed else ''};" for p in range(px))
-    stores = []
-    for p in range(px):
-        val = q._requant(ctx, f"acc[{p}]", 16, "oc0", w.dims[0], whole)
-        at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
-        stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
-        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
-    }}""")
+    stores = channel_lane_stores(ctx, geo, [f"acc[{p}]" for p in range(px)], whole)
     taps_n = geo.kh * geo.kw
     src = f"""{PREAMBLE}
 // {ctx.op_name}: {x} * {w} -> {y}
@@ -178,11 +173,7 @@ __kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
 {chr(10).join(stores)}
 }}
 """
-    xb = math.ceil(geo.wo / px)
-    lx = min(xb, 8)
-    ly = int(ctx.schedule.get("local", max(1, 16 // lx)))
-    grid = (math.ceil(xb / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * groups * gb)
-    main = Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    main = channel_lane_kernel(ctx, src, geo, px, geo.n * groups * gb)
     low = Lowered([repack_quads(ctx, geo, groups, cq), main], scratch=[4 * geo.n * groups * cq * geo.plane],
                   schedule={"lanes": 16, "cols": px, "quads": 1})
     # [O, Cg, KH, KW] -> [G, ceil(og / 16), ceil(Cg / 4), KH, KW, 16, 4], missing channels at the zero point
@@ -240,7 +231,6 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
     work-item; per channel quad one 64-byte load of each pixel vector, a broadcast of each row's weight
     quad and a dot product for each pair; stores as qconv_pairs.pointwise_pairs."""
     from . import qlinear as q
-    from .conv_pointwise import plane_store
 
     x, w = ctx.operands[:2]
     y = ctx.results[0]
@@ -256,8 +246,6 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    rem = hw % 16
-    yt = ctype(y)
     accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
     body = [f"__attribute__((target(\"{FEATURES}\")))",
             "static void KERNEL_dots(const __global int* restrict xp, const __global int* restrict wp,",
@@ -307,25 +295,8 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
               f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * rows}, {off},",
               f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);"]
 
-    def piece(lane: int, size: int) -> str:
-        part, at = f"v.s{'0123456789abcdef'[lane:lane + size]}", f"out0 + yb + {hw - 16 + lane}"
-        return f"*({at}) = {part};" if size == 1 else f"vstore{size}({part}, 0, {at});"
-
-    for i in range(rows):
-        guard = og % rows and i >= og % rows
-        ind = "        " if guard else "    "
-        if guard:
-            lines.append(f"    if (o0 + {i} < {og}) {{")
-        lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
-        for j in range(vcols):
-            val = q._requant(ctx, f"acc[{i * vcols + j}]", 16, f"grp * {og} + o0 + {i}")
-            lines.append(f"{ind}  {{ const {yt}16 v = {val};")
-            lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
-                                 f"{ind}    ")
-            lines.append(f"{ind}  }}")
-        lines.append(f"{ind}}}")
-        if guard:
-            lines.append("    }")
+    lines += pixel_gemm_stores(ctx, og, hw, vcols,
+                               [[f"acc[{i * vcols + j}]" for j in range(vcols)] for i in range(rows)])
     lines.append("}")
     main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
                   ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
