@@ -198,20 +198,12 @@ def test_quantized_light_model_matches_onnxruntime(name: str, tmp_path: Path) ->
 
 
 STATIC_FAMILIES = ("resnet", "mobilenet", "efficientnet", "convnext", "unet", "audio")  # quantize_static
-# unet's ConvTranspose stays in float between its dequantize and quantize (fold-qdq has no integer transposed
-# conv); the float QDQ semantics (tessel's numpy reference at -O0 too) are 4 output steps from onnxruntime's
-# fused int8 run there
-GAPS = {"unet": "its transposed conv stays in float: 4 steps from onnxruntime's int8 run, as the float QDQ "
-                "reference"}
 
 
 def _zoo_int8() -> list:
     from . import test_python_api as api  # (a module: pytest collects its tests there only)
 
-    def gap(name: str) -> list:
-        return [pytest.mark.xfail(reason=GAPS[name], strict=True)] if name in GAPS else []
-
-    return [pytest.param(*p.values, marks=[*p.marks, *gap(p.values[0])]) for p in api._zoo()]
+    return api._zoo()
 
 
 @pytest.mark.parametrize("name", _zoo_int8())

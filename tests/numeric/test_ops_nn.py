@@ -163,12 +163,13 @@ RESIZE_SIZES = [((1, 2, 4, 5), (1, 2, 8, 10)), ((2, 1, 7, 6), (2, 1, 3, 4)), ((1
                 ((1, 2, 3, 3), (1, 2, 7, 5))]
 
 
-def _resize(x, sizes=None, scales=None, **attrs) -> None:
+def _resize(x, sizes=None, scales=None, exact=False, **attrs) -> None:
     onnx_in = [x, None, None if scales is None else np.array(scales, np.float32),
                None if sizes is None else np.array(sizes, np.int64)]
     if sizes is None:
         sizes = [int(np.floor(n * s)) for n, s in zip(x.shape, scales, strict=True)]
-    check_op("Resize", "resize", onnx_in, tessel_inputs=[x], onnx_attrs=attrs, atol=1e-5,
+    check_op("Resize", "resize", onnx_in, tessel_inputs=[x], onnx_attrs=attrs,
+             rtol=0 if exact else 1e-5, atol=0 if exact else 1e-5,
              attrs={**attrs, "sizes": sizes, "scales": list(scales) if scales is not None else []})
 
 
@@ -192,6 +193,18 @@ def test_resize_linear(shapes, ctm) -> None:
                                        ("linear", "pytorch_half_pixel")])
 def test_resize_scales(scales, mode, ctm) -> None:
     _resize(rand(2, 2, 6, 8), scales=scales, mode=mode, coordinate_transformation_mode=ctm)
+
+
+@pytest.mark.parametrize("scales, sizes", [([1, 1, 2.0, 2.0], None), ([1, 1, 1.7, 0.6], None),
+                                           ([1, 1, 1.0, 2.0], None), ([1, 1, 3.0, 1.0], None),
+                                           (None, [2, 3, 9, 13]), (None, [2, 3, 1, 5])])
+@pytest.mark.parametrize("ctm", CTMS[:4])
+def test_resize_bilinear_is_onnxruntimes_to_the_bit(scales, sizes, ctm) -> None:
+    """A linear resize of H and W computes onnxruntime's bilinear sums (f32 weight products, four terms
+    left to right, 0.5 / 0.5 where the edge clamps): QDQ models quantize its many results that land on
+    a rounding tie as onnxruntime does only with the same last bit."""
+    _resize(rand(2, 3, 6, 8), sizes=sizes, scales=scales, exact=True, mode="linear",
+            coordinate_transformation_mode=ctm)
 
 
 def test_resize_nearest_int() -> None:

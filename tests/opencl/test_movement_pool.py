@@ -244,6 +244,14 @@ def test_resize_2x_columns(ctm, mode, sizes):
     check_op("resize", [x], {"sizes": sizes, "mode": mode, "coordinate_transformation_mode": ctm})
 
 
+@pytest.mark.parametrize("shape, sizes", [((1, 2, 7, 9), [1, 2, 14, 5]), ((1, 3, 5, 37), [1, 3, 10, 74]),
+                                          ((2, 20, 33), [2, 40, 66]), ((1, 2, 6, 40), [1, 2, 6, 80])])
+def test_resize_bilinear_bit_exact(shape, sizes):
+    """The bilinear kernel (table loop and 2x vector path) gives the reference's onnxruntime sums to the
+    bit: no FMA contraction, the same weight products and order."""
+    check_op("resize", [rand(*shape)], {"sizes": sizes, "mode": "linear"}, rtol=0, atol=0)
+
+
 def test_resize_2x_columns_path_taken():
     """The 2x path is what the previous test exercises, not the table loop."""
     src = lower_op("resize", [TensorType((1, 2, 5, 37), "f32")],

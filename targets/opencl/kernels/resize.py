@@ -66,7 +66,7 @@ def upsample_tables(attrs: dict, x: TensorType, y: TensorType) -> tuple[np.ndarr
 
 @template("resize")
 def resize(ctx: Ctx) -> Lowered:
-    from ....ir.ops.resize import _source_coords
+    from ....ir.ops.resize import _source_coords, bilinear_plane
 
     require_static(*ctx.operands, *ctx.results)
     x, y = ctx.operands[0], ctx.results[0]
@@ -78,6 +78,8 @@ def resize(ctx: Ctx) -> Lowered:
     scales = [float(s) for s in ctx.attr("scales")]
     strides = row_major_strides(x.dims)
     what = f"resize {mode} {ctm}{f' {nm}' if mode == 'nearest' else ''}: {list(x.dims)} -> {list(y.dims)}"
+    if bilinear_plane(ctx.sig.attrs, x.dims) and y.numel:
+        return Lowered([_bilinear_rows(what, x, y, T, idx, scales, ctm)])
     tables, axes = [], []
     last: dict[str, np.ndarray] = {}  # the last axis' tables as arrays, for _rows' 2x path
     terms: list[list[Term]] = []
@@ -137,6 +139,69 @@ def resize(ctx: Ctx) -> Lowered:
     lines += [f"    out0[g] = {lerp(len(axes) - 1, [])};", "}"]
     k = launch_1d(y.numel)
     return Lowered([Kernel("\n".join(lines) + "\n", k.global_size, k.local_size)])
+
+
+def _bilinear_rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, scales: list[float],
+                   ctm: str) -> Kernel:
+    """A linear resize of the last two axes, one work-item per output row, in onnxruntime's bilinear
+    arithmetic (the reference's `_bilinear`): each output is (wxl*wyl) x11 + (wxh*wyl) x21 + (wxl*wyh) x12
+    + (wxh*wyh) x22 with f32 weight products, summed left to right and never contracted into FMAs, so a
+    QDQ model's requantized resize rounds its ties as onnxruntime does. A 2x upsampling of the columns
+    computes both phases of 16 source columns as vectors."""
+    from ....ir.ops.resize import lerp_axis
+
+    r = x.rank
+    h, w = x.dims[r - 2], x.dims[r - 1]
+    ho, wo = y.dims[r - 2], y.dims[r - 1]
+    rows = y.numel // wo
+    tabs = []
+    for ax in (r - 2, r - 1):
+        n_in, n_out = x.dims[ax], y.dims[ax]
+        scale = axis_scale(scales, ax, n_in, n_out)
+        tabs.append(lerp_axis(n_out, n_in, scale, ctm, not (n_in == n_out and (scale is None or scale == 1))))
+    (ylo, yhi, wyl, wyh), (xlo, xhi, wxl, wxh) = tabs
+    tables = [_table("KERNEL_ylo", "int", ylo), _table("KERNEL_yhi", "int", yhi),
+              _table("KERNEL_wyl", "float", wyl, lambda f: _lit(f, "float")),
+              _table("KERNEL_wyh", "float", wyh, lambda f: _lit(f, "float")),
+              _table("KERNEL_xlo", "int", xlo), _table("KERNEL_xhi", "int", xhi),
+              _table("KERNEL_wxl", "float", wxl, lambda f: _lit(f, "float")),
+              _table("KERNEL_wxh", "float", wxh, lambda f: _lit(f, "float"))]
+    doubled = (_doubled({"lo": xlo, "hi": xhi, "wl": wxl, "wh": wxh}, w) if T == "float" and w <= 4096
+               else None)
+    lines = [f"// {what}: one work-item per output row, onnxruntime's bilinear sums"
+             + (f"; columns {2 * doubled[0]}..{2 * doubled[1] - 1} 32 at a time" if doubled else ""), *tables,
+             f"__kernel void KERNEL(__global const {T}* restrict in0, __global {T}* restrict out0) {{",
+             f"    const {idx} g = get_global_id(0);", f"    if (g >= {rows}) return;",
+             f"    const {idx} oy = g % {ho}, plane = g / {ho};",
+             f"    __global {T}* dst = out0 + g * {wo};",
+             f"    const __global {T}* r0 = in0 + plane * {h * w} + ({idx})KERNEL_ylo[oy] * {w};",
+             f"    const __global {T}* r1 = in0 + plane * {h * w} + ({idx})KERNEL_yhi[oy] * {w};",
+             "    const float wyl = KERNEL_wyl[oy], wyh = KERNEL_wyh[oy];"]
+    scalar = ("{ const int lx = KERNEL_xlo[ox], hx = KERNEL_xhi[ox]; "
+              "const float wl = KERNEL_wxl[ox], wh = KERNEL_wxh[ox]; "
+              + _sum(T, "t", ["r0[lx] * (wl * wyl)", "r0[hx] * (wh * wyl)", "r1[lx] * (wl * wyh)",
+                              "r1[hx] * (wh * wyh)"]) + " dst[ox] = t; }")
+    if not doubled:
+        return _launch(lines + [f"    for (int ox = 0; ox < {wo}; ++ox) {scalar}", "}"], rows)
+    sums: list[str] = []
+    for j, (_, _, a, b) in enumerate(doubled[2]):
+        lines.append(f"    const float p{j}ll = {_lit(a, 'float')} * wyl, p{j}hl = {_lit(b, 'float')} * wyl, "
+                     f"p{j}lh = {_lit(a, 'float')} * wyh, p{j}hh = {_lit(b, 'float')} * wyh;")
+
+    for j, (dl, dh, _, b) in enumerate(doubled[2]):
+        terms = [f"vload16(0, r0 + s + {dl}) * p{j}ll", f"vload16(0, r0 + s + {dh}) * p{j}hl",
+                 f"vload16(0, r1 + s + {dl}) * p{j}lh", f"vload16(0, r1 + s + {dh}) * p{j}hh"]
+        sums.append(_sum("float16", f"v{j}", terms if b else terms[0::2]))  # b = 0: those terms add +0
+    return _launch(lines + _interleaved(doubled, "r0", wo, scalar, sums) + ["}"], rows)
+
+
+def _sum(T: str, name: str, products: list[str]) -> str:
+    """`name` = the sum of `products`, left to right, one statement each: OpenCL C contracts a product
+    and a sum within one expression into an FMA (FP_CONTRACT is on by default), never across statements.
+    (A `#pragma OPENCL FP_CONTRACT OFF` must open the kernel body, where share.py and the bounds checks
+    insert their own statements.)"""
+    return " ".join([f"{T} {name} = {products[0]};"]
+                    + [f"{{ const {T} p = {e}; {name} = {name} + p; }}" for e in products[1:]])
 
 
 def _rows(what: str, x: TensorType, y: TensorType, T: str, idx: str, mode: str, axes: set[int],
@@ -231,10 +296,11 @@ def _doubled(t: dict[str, np.ndarray], w: int) -> Doubled | None:
     return (i0, i1, phases) if i1 - i0 >= 16 else None
 
 
-def _interleaved(d: Doubled, src: str, wo: int, scalar: str) -> list[str]:
-    """The row's columns: 16 source columns a step give 32 outputs (both phases as vectors, interleaved by
-    shuffle2; the last step ends at the run's end, overlapping the one before), the columns before and
-    after the run through the tables (`scalar`, with `ox`)."""
+def _interleaved(d: Doubled, src: str, wo: int, scalar: str, sums: list[str] | None = None) -> list[str]:
+    """The row's columns: 16 source columns a step give 32 outputs (both phases as vectors, or `sums`'
+    statements computing v0 and v1 from `s` when given, interleaved by shuffle2; the last step ends at the
+    run's end, overlapping the one before), the columns before and after the run through the tables
+    (`scalar`, with `ox`)."""
     i0, i1, phases = d
     lo_mask = ", ".join(f"{k}, {k + 16}" for k in range(8))
     hi_mask = ", ".join(f"{k}, {k + 16}" for k in range(8, 16))
@@ -247,8 +313,10 @@ def _interleaved(d: Doubled, src: str, wo: int, scalar: str) -> list[str]:
         u = f"vload16(0, {src} + s + {dh})" if dh else f"vload16(0, {src} + s)"
         return f"{v} * {_lit(a, 'float')} + {u} * {_lit(b, 'float')}"
 
-    e, o = phase(0), phase(1)
+    e, o = ("v0", "v1") if sums else (phase(0), phase(1))
     both = f"const float16 e = {e};" if e == o else f"const float16 e = {e}, o = {o};"
+    if sums:
+        both = " ".join(sums) + " " + both
     odd = "e" if e == o else "o"
     return ([f"    for (int ox = 0; ox < {2 * i0}; ++ox) {scalar}"] if i0 else []) + [
         f"    for (int i = {i0}; i < {i1}; i += 16) {{",
