@@ -528,32 +528,46 @@ def test_lookup(x: str, shape: tuple[int, ...], table: str) -> None:
     check_op("lookup", [ints(rng, shape, x), t], {}, constant=(False, True))
 
 
-DEPTHWISE = [
+DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 2 band, 1 repacked, 0 integer)
     (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True, scale_per_channel=True),
-     {}),
+     {}, 2),
     # stride 2 (the even / odd phase split), per-channel weight zero points, batch 2, 4 rows an item
     (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
-          bias=True, bounds="relu"), {"rows": 4}),
+          bias=True, bounds="relu"), {"rows": 4}, 2),
     # i8 input, ui8 weights, 5x5 stride 2 with asymmetric pads, a channel multiplier of 2, 3 rows an item
     (Conv("i8", "ui8", 1, 4, (20, 37), 8, 5, stride=2, pad=(2, 1, 2, 3), groups=4, bias=True, y="i8"),
-     {"rows": 3}),
+     {"rows": 3}, 2),
     # dilation 2, 7 columns (one partial vector), stride 3 with a 7x7 kernel
-    (Conv("ui8", "i8", 1, 3, (7, 7), 3, 3, pad=(2, 2, 2, 2), dilation=2, groups=3), {}),
-    (Conv("ui8", "i8", 1, 2, (11, 11), 2, 7, stride=3, pad=(3, 3, 3, 3), groups=2, bias=True), {"rows": 1}),
+    (Conv("ui8", "i8", 1, 3, (7, 7), 3, 3, pad=(2, 2, 2, 2), dilation=2, groups=3), {}, 2),
+    (Conv("ui8", "i8", 1, 2, (11, 11), 2, 7, stride=3, pad=(3, 3, 3, 3), groups=2, bias=True),
+     {"rows": 1}, 2),
+    # a band of 7 items across 112 columns, several bands down the rows; stride 2 over 3 items
+    (Conv("ui8", "i8", 1, 3, (40, 112), 3, 3, pad=(1, 1, 1, 1), groups=3, bias=True), {}, 2),
+    (Conv("i8", "i8", 1, 2, (30, 90), 2, 3, stride=2, pad=(0, 1, 1, 0), groups=2), {"rows": 2}, 2),
+    # 20 small maps, 5x5 with a dilation of 2 reaching past the band's rows
+    (Conv("ui8", "i8", 1, 20, (6, 6), 20, 5, pad=(4, 4, 4, 4), dilation=2, groups=20, bias=True), {}, 2),
+    # wider than 8 vectors: the repacked kernel; and asked for
+    (Conv("ui8", "i8", 1, 2, (5, 140), 2, 3, pad=(1, 1, 1, 1), groups=2), {}, 1),
+    (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
+          bias=True), {"depthwise": 1}, 1),
+    (Conv("i8", "ui8", 1, 4, (20, 37), 8, 5, stride=2, pad=(2, 1, 2, 3), groups=4, y="i8"),
+     {"depthwise": 1, "rows": 3}, 1),
     # the integer kernel kept by depthwise=0
-    (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True), {"depthwise": 0}),
+    (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True), {"depthwise": 0}, 0),
 ]
 
 
-@pytest.mark.parametrize("case, schedule", DEPTHWISE, ids=[f"{c}-{s}" for c, s in DEPTHWISE])
-def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str, int]) -> None:
+@pytest.mark.parametrize("case, schedule, kind", DEPTHWISE, ids=[f"{c}-{s}" for c, s, _ in DEPTHWISE])
+def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str, int], kind: int) -> None:
     """One input channel a group: float FMAs give the i32 accumulator exactly (qconv_depthwise.py), any
-    stride (phase-split repack), dilation, padding, channel multiplier and rows an item; depthwise=0
-    keeps the integer kernel; rows past 8 are refused."""
+    stride (phase-split band or repack), dilation, padding, channel multiplier and rows an item; the band
+    kernel up to 8 vectors of columns, the repacked one past that or when asked; depthwise=0 keeps the
+    integer kernel; rows past 8 are refused."""
     rng = rng_for("dw", str(case), str(schedule))
     inputs, attrs = conv_operands(case, rng)
     low = lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
-    assert low.schedule.get("depthwise", 0) == schedule.get("depthwise", 1)
+    assert low.schedule.get("depthwise", 0) == kind
+    assert kind != 2 or len(low.kernels) == 1  # the band kernel needs no repack launch
     check_op("conv2d_integer", inputs, attrs, schedule=schedule)
     acc = reference("conv2d_integer", inputs, attrs)
     inputs += requant_operands(case, rng, acc, 1, case.m, attrs)

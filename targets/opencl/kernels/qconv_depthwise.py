@@ -85,22 +85,10 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(hp / ly) * ly, g.n * g.c), (ly, 1), ("in0", "in2", "tmp0"))
 
 
-def conv_depthwise(ctx: Ctx) -> Lowered:
-    from . import qlinear as q
-
-    x, w = ctx.operands[:2]
-    y = ctx.results[0]
-    groups = int(ctx.attr("groups"))
-    og = w.dims[0] // groups
-    rows = int(ctx.schedule.get("rows", 4))
-    if not 1 <= rows <= 8:
-        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (1..8)")
-    geo = q._geo(ctx, 16)
-    rows = min(rows, geo.ho)
-    rb = math.ceil(geo.ho / rows)
-    hp = max(geo.hp, (rb * rows - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1)
-    geo = dataclasses.replace(geo, hp=hp)
-    xt, wt, yt = ctype(x), ctype(w), ctype(y)
+def _taps(ctx: Ctx, geo: Any, rows: int, load: Any) -> list[str]:
+    """The main loop: the weights as float scalars, `rows` float16 accumulators, each input row a tap
+    reads loaded once per column offset (`load(offset)`: the float16 of x - x_zero_point at that offset
+    from the item's first input) and multiply-added into every output row that uses it."""
     lines = []
     for ky in range(geo.kh):
         for kx in range(geo.kw):
@@ -112,10 +100,18 @@ def conv_depthwise(ctx: Ctx) -> Lowered:
         if not uses:
             continue
         for kx in range(geo.kw):
-            at = f"xb + {i * geo.wp + geo.tap(0, kx)}"
-            lines.append(f"    {{ const float16 v = convert_float16(vload16(0, {at})) - xz;")
+            lines.append(f"    {{ const float16 v = {load(i * geo.wp + geo.tap(0, kx))};")
             lines += [f"      a{r} = fma(v, (float16)(w{ky}_{kx}), a{r});" for r, ky in uses]
             lines.append("    }")
+    return lines
+
+
+def _stores(ctx: Ctx, geo: Any, rows: int) -> list[str]:
+    """Each accumulator row requantized and stored: 16 bytes, or lane by lane at the row's end."""
+    from . import qlinear as q
+
+    yt = ctype(ctx.results[0])
+    lines = []
     for r in range(rows):
         val = q._requant(ctx, f"convert_int16(a{r})", 16, "oc")
         out = f"out0 + ((long)(b * {geo.m} + oc) * {geo.ho} + oy0 + {r}) * {geo.wo} + ox0"
@@ -129,6 +125,140 @@ def conv_depthwise(ctx: Ctx) -> Lowered:
 {tail}
         }}
     }}""")
+    return lines
+
+
+def _band_rows(ctx: Ctx, geo: Any, rows: int, lx: int) -> int:
+    """Row blocks (of `rows` output rows) a work-group of the band kernel: up to 16 // lx items, fewer
+    where the band of input rows would not fit half the device's local memory; 0 when one block does not."""
+    ly = max(1, min(math.ceil(geo.ho / rows), 16 // lx))
+    while ly:
+        band = ((ly * rows - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1) * geo.wp * 4
+        if band <= ctx.device.local_mem_size // 2:
+            return ly
+        ly -= 1
+    return 0
+
+
+def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
+    """The work-group's items fill the band (`rin` padded input rows from row `yb`) with x - x_zero_point
+    as floats, 0 in the padding, each row in `sw` phases of wq: 16 inputs at a time where they lie inside
+    the row (a 16-byte load; stride 2: 32 bytes, their even lanes), the rest one at a time."""
+    xt = ctype(ctx.operands[0])
+    sw, wq, wd, pl = geo.sw, geo.wq, geo.wd, geo.pl
+    if sw == 1:
+        chunk = "vload16(0, src + ix0)"
+    elif sw == 2:
+        evens = ", ".join(str(2 * i) for i in range(16))
+        chunk = f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
+    else:
+        chunk = ""
+    conv = "convert_float16(as_char16(c)) - xz" if xt == "char" else "convert_float16(c) - xz"
+    vector = f"""            for (; j + 16 <= hi && (j * {sw} + ph - {pl}) + {16 * sw} <= {wd}; j += 16) {{
+                const int ix0 = j * {sw} + ph - {pl};
+                const uchar16 c = as_uchar16({chunk});
+                vstore16({conv}, 0, dst + j);
+            }}
+""" if chunk else ""
+    return f"""    for (int r = lid; r < {rin}; r += nthreads) {{
+        const int iy = yb + r - {geo.pt};
+        __local float* row = band + r * {geo.wp};
+        if (iy < 0 || iy >= {geo.h}) {{
+            for (int q = 0; q < {geo.wp}; q += 16) {{
+                if (q + 16 <= {geo.wp}) vstore16((float16)(0.0f), 0, row + q);
+                else for (int k = q; k < {geo.wp}; ++k) row[k] = 0.0f;
+            }}
+            continue;
+        }}
+        const __global {xt}* src = xp + (long)iy * {wd};
+        for (int ph = 0; ph < {sw}; ++ph) {{
+            __local float* dst = row + ph * {wq};
+            const int lo = min({wq}, ({pl} - ph + {sw - 1}) / {sw});
+            const int hi = max(lo, min({wq}, ({wd} + {pl} - ph + {sw - 1}) / {sw}));
+            for (int j = 0; j < lo; ++j) dst[j] = 0.0f;
+            int j = lo;
+{vector}            for (; j < hi; ++j) dst[j] = (float)src[j * {sw} + ph - {pl}] - xz;
+            for (j = hi; j < {wq}; ++j) dst[j] = 0.0f;
+        }}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+"""
+
+
+def conv_depthwise(ctx: Ctx) -> Lowered:
+    """schedule `depthwise`: 2 (default where the band fits local memory) the band kernel, 1 the repack
+    launch and the main kernel reading its scratch; `rows` output rows an item (1..8)."""
+    from . import qlinear as q
+
+    rows = int(ctx.schedule.get("rows", 4))
+    if not 1 <= rows <= 8:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (1..8)")
+    kind = int(ctx.schedule.get("depthwise", 2))
+    geo = q._geo(ctx, 16)
+    rows = min(rows, geo.ho)
+    lx = math.ceil(geo.wo / 16)  # the band's items cover the whole width
+    if kind == 2 and lx <= 8 and _band_rows(ctx, geo, rows, lx):
+        return _conv_band(ctx, geo, rows, lx)
+    return _conv_repacked(ctx, geo, rows)
+
+
+def _conv_band(ctx: Ctx, geo: Any, rows: int, lx: int) -> Lowered:
+    """One work-group a band of `ly * rows` output rows of one channel (the whole width in `lx` items of
+    16 columns): its items first load the band's input rows into local memory as floats less the zero
+    point (padding 0), then each computes its 16 columns x `rows` rows from there. No repack launch and
+    no scratch; each input is converted once, where the repacked kernel converted it once a column tap."""
+    from . import qlinear as q
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    ly = _band_rows(ctx, geo, rows, lx)
+    br = ly * rows  # output rows a band
+    rin = (br - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
+    bands = math.ceil(geo.ho / br)
+    planes = geo.n * geo.m  # (several channels a work-group, each its own band, measured slower)
+    xt, wt = ctype(x), ctype(w)
+    body = "\n".join(_taps(ctx, geo, rows, lambda off: f"vload16(0, xb + {off})"))
+    src = f"""// {ctx.op_name} depthwise: {x} * {w} -> {y}
+// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; a work-group a band of {br} rows
+// of a channel loaded into local memory as floats, 16 columns (lanes) x {rows} rows an item (exact: integer
+// products and sums below 2^24)
+__kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict in0")}) {{
+    __local float band[{rin * geo.wp}];
+    const int lid = get_local_id(1) * {lx} + get_local_id(0), nthreads = {lx * ly};
+    const int ox0 = get_global_id(0) * 16, bi = get_group_id(1), z = get_global_id(2);
+    const int oy0 = bi * {br} + get_local_id(1) * {rows};
+    const int b = z / {geo.m}, oc = z % {geo.m};
+    const float xz = (float)in2[0];
+    const int yb = bi * {br * geo.sh};
+    const __global {xt}* xp = in0 + ((long)b * {geo.c} + oc / {og}) * {geo.h * geo.wd};
+{_band_load(ctx, geo, rin)}    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
+    const int wz = (int)in3[{"oc" if ctx.operands[3].numel > 1 else "0"}];
+    const __local float* xb = band + get_local_id(1) * {rows * geo.sh * geo.wp} + ox0;
+    const __global {wt}* wc = in1 + oc * {geo.kh * geo.kw};
+{body}
+{chr(10).join(_stores(ctx, geo, rows))}
+}}
+"""
+    grid = (lx, bands * ly, planes)
+    main = Kernel(src, grid, (lx, ly, 1), tuple(f"in{i}" for i in range(len(ctx.operands))) + ("out0",))
+    return Lowered([main], schedule={"depthwise": 2, "rows": rows})
+
+
+def _conv_repacked(ctx: Ctx, geo: Any, rows: int) -> Lowered:
+    from . import qlinear as q
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    rb = math.ceil(geo.ho / rows)
+    hp = max(geo.hp, (rb * rows - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1)
+    geo = dataclasses.replace(geo, hp=hp)
+    xt, wt = ctype(x), ctype(w)
+    lines = _taps(ctx, geo, rows, lambda off: f"convert_float16(vload16(0, xb + {off})) - xz")
+    lines += _stores(ctx, geo, rows)
     body = "\n".join(lines)
     src = f"""// {ctx.op_name} depthwise: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; 16 columns (lanes) x {rows}
