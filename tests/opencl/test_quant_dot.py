@@ -56,7 +56,19 @@ CASES = [
     (Conv("i8", "ui8", 2, 9, (4, 4), 12, 1, bias=True, bounds="relu"), False),
     (Conv("ui8", "i8", 1, 33, (6, 11), 40, 1, groups=1, y="i8"), True),
     (Conv("ui8", "i8", 1, 16, (5, 9), 16, 1, groups=2, scale_per_channel=True), False),
+    # pixel lanes (rows of 16 columns or more): 16 channels at 40 columns (a last vector overlapping), a
+    # partial row block (20 outputs), i8 inputs at stride 2, groups, a zero x zero point, 3 input channels
+    (Conv("ui8", "i8", 1, 16, (9, 40), 16, 3, pad=(1, 1, 1, 1), bias=True, scale_per_channel=True), False),
+    (Conv("i8", "i8", 2, 13, (8, 37), 20, 3, stride=2, pad=(1, 1, 1, 1), bounds="relu", y="i8"), False),
+    (Conv("ui8", "ui8", 1, 12, (6, 33), 24, 3, pad=(1, 1, 1, 1), groups=3, bias=True), True),
+    (Conv("ui8", "i8", 1, 3, (11, 64), 24, 3, stride=2, pad=(0, 1, 1, 1)), False),
 ]
+
+
+def _wide(case: Conv) -> bool:
+    """The output rows are 16 columns or more: the pixel-lane kernel (unless 1x1)."""
+    w = case.hw[1] + case.pad[1] + case.pad[3]
+    return case.k > 1 and (w - case.dilation * (case.k - 1) - 1) // case.stride + 1 >= 16
 
 
 def constant(n: int, xz: bool) -> tuple[bool, ...]:
@@ -74,6 +86,7 @@ def test_dot_lowering_is_chosen_and_exact(case: Conv, xz0: bool) -> None:
     low = lower_op("conv2d_integer", types, attrs, constant=constant(4, xz0), info=VNNI, values=inputs)[1]
     assert low.schedule.get("quads") == 1, low.schedule
     assert low.schedule.get("pointwise", 0) == (case.k == 1)
+    assert low.schedule.get("pixels", 0) == _wide(case)
     assert ("- s" in low.kernels[1].source) == (not xz0)  # the zero point's weight-sum term
     if not has_dot():
         pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")

@@ -183,6 +183,121 @@ __kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
     return low
 
 
+def pixels_fit(ctx: Ctx) -> bool:
+    """The pixel-lane conv (`conv_pixels`) where rows are at least 16 output columns wide: its stores are
+    whole 16-byte vectors of one channel's row (a row's last vector overlaps the one before), where the
+    channel-lane kernel stores each pixel's 16 channels one byte at a time into 16 planes, the larger
+    cost on shallow convs (16-32 channels); schedule `pixels`: 0 keeps the channel-lane kernel."""
+    return ctx.results[0].dims[3] >= 16 and bool(int(ctx.schedule.get("pixels", 1)))
+
+
+def conv_pixels(ctx: Ctx) -> Lowered:
+    """The pixel-lane kernel: `rows` output channels x `vcols` vectors of 16 output columns of one row a
+    work-item, input channels in quads: per quad and tap one 64-byte load of each column vector (16
+    pixels' quads, consecutive in the phase-split repack for any stride), a broadcast of each channel's
+    weight quad and a dot product for each pair; the stores are 16-byte vectors."""
+    from . import qlinear as q  # its helpers; qlinear chooses this kernel
+
+    x, w = ctx.operands[:2]
+    y = ctx.results[0]
+    flip_w, wz = _zero_points(ctx) or (False, 0)
+    off, _, needed = _offset(ctx)
+    groups = int(ctx.attr("groups"))
+    og = w.dims[0] // groups
+    rows = int(ctx.schedule.get("rows", 8 if og >= 8 else 4))
+    vcols = int(ctx.schedule.get("vcols", 2))
+    if rows not in (4, 8) or not 1 <= vcols <= 4:
+        raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
+    geo = q._geo(ctx, 16)
+    cq = math.ceil(geo.cg / 4)
+    mb = math.ceil(og / rows)
+    taps_n = geo.kh * geo.kw
+    panels = math.ceil(geo.wo / 16)
+    vcols = min(vcols, panels)
+    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
+    body = [f"__attribute__((target(\"{FEATURES}\")))",
+            "static void KERNEL_dots(const __global int* restrict xr, const __global int* restrict wc,",
+            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
+            "                        int16* restrict acc) {"]
+    for row in accs:
+        body.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
+    if needed:  # off * sum w' of each row: a block's quads lie [cq][taps][rows], 16 / rows steps a vector
+        total, whole = rows * cq * taps_n, rows * cq * taps_n // 16 * 16
+        body += ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
+                 f"    for (int k = 0; k < {whole}; k += 16)",
+                 f"        s = KERNEL_dot4(s, o, vload16(0, wc + k){_flip(flip_w)});"]
+        if total > whole:
+            pad = "0x80808080" if flip_w else "0"
+            body.append(f"    {{ int16 t = (int16)({pad});")
+            for lo in range(0, total - whole, 4):
+                body.append(f"      t.s{'0123456789abcdef'[lo:lo + 4]} = vload4(0, wc + {whole + lo});")
+            body.append(f"      s = KERNEL_dot4(s, o, t{_flip(flip_w)}); }}")
+        for i in range(rows):
+            lanes = "".join("0123456789abcdef"[k] for k in range(i, 16, rows))
+            body.append(f"    const int s{i} = " + " + ".join(f"s.s{c}" for c in lanes) + ";")
+    body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xr += {geo.plane}, wc += {taps_n * rows}) {{")
+    for ky in range(geo.kh):
+        for kx in range(geo.kw):
+            t = ky * geo.kw + kx
+            body.append("        {")
+            for j in range(vcols):
+                body.append(f"            const int16 x{j} = vload16(0, xr + {geo.tap(ky, kx)} + p{j});")
+            for i in range(rows):
+                dots = " ".join(f"{c} = KERNEL_dot4({c}, x{j}, wv);" for j, c in enumerate(accs[i]))
+                body.append(f"            {{ const int16 wv = (int16)(wc[{t * rows + i}]"
+                            f"{' ^ 0x80808080' if flip_w else ''}); {dots} }}")
+            body.append("        }")
+    body.append("    }")
+    for i in range(rows):
+        for j in range(vcols):
+            body.append(f"    acc[{i * vcols + j}] = {accs[i][j]}{f' - s{i}' if needed else ''};")
+    body.append("}")
+
+    yt = ctype(y)
+    stores = []
+    for i in range(rows):
+        guard = f"o0 + {i} < {og}" if og % rows else ""
+        for j in range(vcols):
+            val = q._requant(ctx, f"acc[{i * vcols + j}]", 16, f"grp * {og} + o0 + {i}")
+            at = f"out0 + (((long)b * {geo.m} + grp * {og} + o0 + {i}) * {geo.ho} + oy) * {geo.wo} + p{j}"
+            cond = " && ".join(c for c in (guard, f"q{j} < {panels}") if c)
+            stores.append(f"    if ({cond}) {{ const {yt}16 v = {val}; vstore16(v, 0, {at}); }}")
+    lines = [PREAMBLE,
+             f"// {ctx.op_name}: {x} * {w} -> {y}",
+             f"// strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; {rows} output",
+             f"// channels x {vcols} vectors of 16 columns (lanes) an item, input channels in quads",
+             "// (8-bit dot products)",
+             *body, "",
+             f"__kernel void KERNEL({q._params(ctx, '__global const int* restrict tmp0')}) {{",
+             "    const int nw = get_global_id(0), oy = get_global_id(1), z = get_global_id(2);",
+             f"    if (nw * {vcols} >= {panels} || oy >= {geo.ho}) return;",
+             f"    const int mb = z % {mb}, grp = (z / {mb}) % {groups}, b = z / {mb * groups};",
+             f"    const int o0 = mb * {rows};"]
+    for j in range(vcols):  # a row's last vector ends at its end (overlapping the one before)
+        lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {geo.wo - 16});")
+    lines += [f"    int16 acc[{rows * vcols}];",
+              f"    KERNEL_dots(tmp0 + (long)(b * {groups} + grp) * {cq * geo.plane}",
+              f"                + oy * {geo.sh * geo.wp},",
+              f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * taps_n * rows},",
+              f"                {off},",
+              f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);",
+              *stores, "}"]
+    xg = math.ceil(panels / vcols)
+    lx = min(xg, 8)
+    ly = max(1, min(geo.ho, 16 // lx))
+    grid = (math.ceil(xg / lx) * lx, math.ceil(geo.ho / ly) * ly, geo.n * groups * mb)
+    main = Kernel("\n".join(lines) + "\n", grid, (lx, ly, 1),
+                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+    low = Lowered([repack_quads(ctx, geo, groups, cq), main], scratch=[4 * geo.n * groups * cq * geo.plane],
+                  schedule={"pixels": 1, "rows": rows, "vcols": vcols, "quads": 1})
+    # [O, Cg, KH, KW] -> [G, ceil(og / rows), ceil(Cg / 4), KH, KW, rows, 4], missing channels at the zero
+    # point
+    low.pack[1] = PackSpec((1, 2), (rows, 4), padding_value=float(wz),
+                           reshape=(groups, og, geo.cg, geo.kh, geo.kw))
+    low.flops_kernel = 1
+    return low
+
+
 def repack_pixels(ctx: Ctx, groups: int, cq: int) -> Kernel:
     """u = x (x ^ 0x80 for i8), each four channels of a group interleaved pixel by pixel: [N, G, cq, H * W,
     4] bytes, 16 pixels an item (a channel past the group's end holds `off`)."""

@@ -33,7 +33,7 @@ from .gemm import aligned_strides, batch_offset
 from .qconv_depthwise import conv_depthwise
 from .qconv_depthwise import fits as depthwise_fits
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
-from .qdot import conv_quads, matmul_quads, pointwise_quads
+from .qdot import conv_pixels, conv_quads, matmul_quads, pixels_fit, pointwise_quads
 from .qdot import fits as quads_fit
 
 INTEGER_OPS = ("conv2d_integer", "matmul_integer")
@@ -211,6 +211,9 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
     if pairs and ("lanes" not in ctx.schedule or "pointwise" in ctx.schedule) and pointwise_pairs_fits(ctx):
         # a 1x1 conv as a GEMM over 16-pixel vectors
         return pointwise_quads(ctx) if quads else pointwise_pairs(ctx)
+    if quads and ("lanes" not in ctx.schedule or "pixels" in ctx.schedule) and not depthwise_fits(ctx) \
+            and pixels_fit(ctx):
+        return conv_pixels(ctx)  # 16 output columns in the lanes: whole-vector stores
     if lanes == 16 and pairs:
         px = int(ctx.schedule.get("cols", 8))
         if not 1 <= px <= 16:
