@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
@@ -141,9 +142,11 @@ def _band_rows(ctx: Ctx, geo: Any, rows: int, lx: int) -> int:
 
 
 def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
-    """The work-group's items fill the band (`rin` padded input rows from row `yb`) with x - x_zero_point
-    as floats, 0 in the padding, each row in `sw` phases of wq: 16 inputs at a time where they lie inside
-    the row (a 16-byte load; stride 2: 32 bytes, their even lanes), the rest one at a time."""
+    """The fill of the band kernel's work-group (before its one barrier, a self-contained block, so
+    that cooperative execution runs it as a phase of its own): its items fill the band (`rin` padded input
+    rows from row `yb`) with x - x_zero_point as floats, 0 in the padding, each row in `sw` phases of wq:
+    16 inputs at a time where they lie inside the row (a 16-byte load; stride 2: 32 bytes, their even
+    lanes), the rest one at a time."""
     xt = ctype(ctx.operands[0])
     sw, wq, wd, pl = geo.sw, geo.wq, geo.wd, geo.pl
     if sw == 1:
@@ -181,7 +184,6 @@ def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
             for (j = hi; j < {wq}; ++j) dst[j] = 0.0f;
         }}
     }}
-    barrier(CLK_LOCAL_MEM_FENCE);
 """
 
 
@@ -226,14 +228,18 @@ def _conv_band(ctx: Ctx, geo: Any, rows: int, lx: int) -> Lowered:
 // products and sums below 2^24)
 __kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict in0")}) {{
     __local float band[{rin * geo.wp}];
-    const int lid = get_local_id(1) * {lx} + get_local_id(0), nthreads = {lx * ly};
-    const int ox0 = get_global_id(0) * 16, bi = get_group_id(1), z = get_global_id(2);
-    const int oy0 = bi * {br} + get_local_id(1) * {rows};
+    {{  // the fill (self-contained, so that cooperative execution can run it as a phase of its own)
+        const int lid = get_local_id(1) * {lx} + get_local_id(0), nthreads = {lx * ly};
+        const int z = get_global_id(2), b = z / {geo.m}, oc = z % {geo.m};
+        const float xz = (float)in2[0];
+        const int yb = get_group_id(1) * {br * geo.sh};
+        const __global {xt}* xp = in0 + ((long)b * {geo.c} + oc / {og}) * {geo.h * geo.wd};
+{textwrap.indent(_band_load(ctx, geo, rin), "    ")}    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int ox0 = get_global_id(0) * 16, z = get_global_id(2);
+    const int oy0 = get_group_id(1) * {br} + get_local_id(1) * {rows};
+    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
     const int b = z / {geo.m}, oc = z % {geo.m};
-    const float xz = (float)in2[0];
-    const int yb = bi * {br * geo.sh};
-    const __global {xt}* xp = in0 + ((long)b * {geo.c} + oc / {og}) * {geo.h * geo.wd};
-{_band_load(ctx, geo, rin)}    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
     const int wz = (int)in3[{"oc" if ctx.operands[3].numel > 1 else "0"}];
     const __local float* xb = band + get_local_id(1) * {rows * geo.sh * geo.wp} + ox0;
     const __global {wt}* wc = in1 + oc * {geo.kh * geo.kw};
