@@ -201,3 +201,31 @@ def test_a_module_for_the_dot_product_is_refused_where_the_device_lacks_it(monke
     inputs, attrs = conv_operands(case, rng_for("dot-missing"))
     with pytest.raises(DiagnosticError, match="compiled for a device with avx512vnni"):
         run_op("conv2d_integer", inputs, attrs, info=VNNI, constant=constant(4, False))
+
+
+@pytest.mark.parametrize("reverse, lengths, per_col", [(False, [], False), (True, [5, 3], True)])
+def test_dot_qlstm_scan(reverse: bool, lengths: list[int], per_col: bool) -> None:
+    """DynamicQuantizeLSTM's scan on the dot product: chosen for i8 R at a constant zero point of 0 and H a
+    multiple of 16 (not for another zero point), and as the int-vector loop's result (each step's h
+    quantized once into bytes, the column sums once), reversed, with sequence lengths and a scale per
+    column."""
+    rng = rng_for("qlstm", str(reverse), str(lengths), str(per_col))
+    steps, batch, hidden = 5, 2, 32
+    ins = [rng.standard_normal((steps, batch, 4 * hidden)).astype(np.float32),
+           rng.integers(-120, 120, (hidden, 4 * hidden)).astype(np.int8),
+           (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32),
+           (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32),
+           (rng.uniform(0.002, 0.01, 4 * hidden) if per_col else np.array(0.005)).astype(np.float32),
+           np.zeros(4 * hidden if per_col else (), np.int8)]
+    attrs = {"reverse": reverse, "lengths": lengths}
+    consts = (False, True, False, False, True, True)
+    types = [TensorType.of(a) for a in ins]
+    def dot(values: list[np.ndarray]) -> bool:
+        low = lower_op("qlstm_scan", types, attrs, constant=consts, info=VNNI, values=values)[1]
+        return bool(low.schedule.get("quads"))
+
+    assert dot(ins)
+    assert not dot([*ins[:5], np.ones_like(ins[5])])
+    if not has_dot():
+        pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
+    check_op("qlstm_scan", ins, attrs, constant=consts, rtol=1e-5, atol=1e-5)
