@@ -96,6 +96,34 @@ def test_dot_lowering_is_chosen_and_exact(case: Conv, xz0: bool) -> None:
     check_op("qconv2d", inputs, attrs, constant=constant(len(inputs), xz0))
 
 
+SHIFTED = [  # weights less their zero point past a signed byte: the pixel-lane kernel with input sums
+    Conv("ui8", "ui8", 1, 6, (9, 40), 24, 3, pad=(1, 1, 1, 1), bias=True),  # ui8 at a random zero point
+    Conv("ui8", "ui8", 2, 13, (8, 37), 20, 3, stride=2, pad=(1, 1, 1, 1), wz_per_channel=True, y="i8"),
+    Conv("i8", "i8", 1, 8, (6, 33), 16, 3, pad=(1, 1, 1, 1), groups=2, wz_per_channel=True, bounds="relu"),
+]
+
+
+@pytest.mark.parametrize("case", SHIFTED, ids=[str(c) for c in SHIFTED])
+def test_dot_takes_any_constant_weight_zero_point_in_pixel_lanes(case: Conv) -> None:
+    """ui8 weights at a zero point other than 128 (a dynamically quantized model's) and i8 weights at
+    zero points other than 0: w - wz = w' + shift with w' a signed byte, the shift times each output's
+    input sum (one more dot product a column vector) added back; exact."""
+    rng = rng_for("dot-shift", str(case))
+    inputs, attrs = conv_operands(case, rng)
+    if not case.wz_per_channel:
+        inputs[3] = np.array(121, np.uint8)
+    types = [TensorType.of(a) for a in inputs]
+    low = lower_op("conv2d_integer", types, attrs, constant=constant(4, False), info=VNNI, values=inputs)[1]
+    assert low.schedule.get("quads") == 1 and low.schedule.get("pixels") == 1, low.schedule
+    assert "(int16)(0x01010101)" in low.kernels[1].source
+    if not has_dot():
+        pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
+    check_op("conv2d_integer", inputs, attrs, constant=constant(4, False))
+    acc = reference("conv2d_integer", inputs, attrs)
+    inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
+    check_op("qconv2d", inputs, attrs, constant=constant(len(inputs), False))
+
+
 def test_dot_needs_signed_byte_weights_and_the_device() -> None:
     """Weight zero points that are not all 0 (i8) or all 128 (ui8), or not constants, keep the paired
     kernels, as does a device without the dot product or schedule quads=0."""

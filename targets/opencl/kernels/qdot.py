@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
 from .qconv_pairs import channel_lane_kernel, channel_lane_stores, pixel_gemm_stores
 
@@ -57,6 +59,19 @@ def _zero_points(ctx: Ctx) -> tuple[bool, int] | None:
     if w.dtype == "ui8" and (wz.astype(int) == 128).all():
         return True, 128
     return None
+
+
+def _shifts(ctx: Ctx) -> tuple[bool, np.ndarray] | None:
+    """Constant weight zero points that `_zero_points` refuses (a dynamically quantized model's ui8
+    weights at 121): (flip the weights, shift per output channel) with w - w_zero_point = w' + shift, w'
+    the signed byte (w - 128 for ui8, w for i8) and shift = (128 or 0) - w_zero_point; None when the
+    zero points are not constants."""
+    wz = ctx.value(3)
+    if wz is None:
+        return None
+    flip = ctx.operands[1].dtype == "ui8"
+    m = ctx.operands[1].dims[0]
+    return flip, np.broadcast_to((128 if flip else 0) - wz.astype(np.int64).reshape(-1), (m,)).copy()
 
 
 def fits(ctx: Ctx, any_zero_point: bool = False) -> bool:
@@ -187,8 +202,10 @@ def pixels_fit(ctx: Ctx) -> bool:
     """The pixel-lane conv (`conv_pixels`) where rows are at least 16 output columns wide: its stores are
     whole 16-byte vectors of one channel's row (a row's last vector overlaps the one before), where the
     channel-lane kernel stores each pixel's 16 channels one byte at a time into 16 planes, the larger
-    cost on shallow convs (16-32 channels); schedule `pixels`: 0 keeps the channel-lane kernel."""
-    return ctx.results[0].dims[3] >= 16 and bool(int(ctx.schedule.get("pixels", 1)))
+    cost on shallow convs (16-32 channels); it takes any constant weight zero point (`_shifts`);
+    schedule `pixels`: 0 keeps the channel-lane kernel."""
+    return (ctx.results[0].dims[3] >= 16 and bool(int(ctx.schedule.get("pixels", 1)))
+            and fits(ctx, any_zero_point=True) and ctx.value(3) is not None)
 
 
 def conv_pixels(ctx: Ctx) -> Lowered:
@@ -200,8 +217,12 @@ def conv_pixels(ctx: Ctx) -> Lowered:
 
     x, w = ctx.operands[:2]
     y = ctx.results[0]
-    flip_w, wz = _zero_points(ctx) or (False, 0)
+    signed = _zero_points(ctx)
+    shifted = None if signed else _shifts(ctx)  # weights less their zero point past a signed byte
+    flip_w, wz = signed or (shifted[0] if shifted else False, 0)
+    shifts = shifted[1] if shifted else None
     off, _, needed = _offset(ctx)
+    needed = needed or shifts is not None
     groups = int(ctx.attr("groups"))
     og = w.dims[0] // groups
     rows = int(ctx.schedule.get("rows", 8 if og >= 8 else 4))
@@ -221,6 +242,8 @@ def conv_pixels(ctx: Ctx) -> Lowered:
             "                        int16* restrict acc) {"]
     for row in accs:
         body.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
+    if shifts is not None:  # the input sums of each column vector (a dot product with ones)
+        body.append(f"    int16 {', '.join(f'su{j} = 0' for j in range(vcols))};")
     if needed:  # off * sum w' of each row: a block's quads lie [cq][taps][rows], 16 / rows steps a vector
         total, whole = rows * cq * taps_n, rows * cq * taps_n // 16 * 16
         body += ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
@@ -242,16 +265,33 @@ def conv_pixels(ctx: Ctx) -> Lowered:
             body.append("        {")
             for j in range(vcols):
                 body.append(f"            const int16 x{j} = vload16(0, xr + {geo.tap(ky, kx)} + p{j});")
+                if shifts is not None:
+                    body.append(f"            su{j} = KERNEL_dot4(su{j}, x{j}, (int16)(0x01010101));")
             for i in range(rows):
                 dots = " ".join(f"{c} = KERNEL_dot4({c}, x{j}, wv);" for j, c in enumerate(accs[i]))
                 body.append(f"            {{ const int16 wv = (int16)(wc[{t * rows + i}]"
                             f"{' ^ 0x80808080' if flip_w else ''}); {dots} }}")
             body.append("        }")
     body.append("    }")
+    n_all = 4 * cq * taps_n  # the sums' terms, padding included (its x - x_zero_point is 0)
     for i in range(rows):
         for j in range(vcols):
-            body.append(f"    acc[{i * vcols + j}] = {accs[i][j]}{f' - s{i}' if needed else ''};")
+            fix = f" + sh{i} * (su{j} - {n_all} * off)" if shifts is not None else ""
+            body.append(f"    acc[{i * vcols + j}] = {accs[i][j]}{f' - s{i}' if needed else ''}{fix};")
     body.append("}")
+    if shifts is not None:  # sum (x - xz)(w' + shift) = sum x w' - off sum w' + shift (sum x - n off)
+        table = ("" if (shifts == shifts[0]).all() else
+                 f"__constant int KERNEL_shift[{len(shifts)}] = {{{', '.join(map(str, shifts))}}};")
+        params = "int off, " + ", ".join(f"int p{j}" for j in range(vcols))
+        at = body.index(f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},")
+        body[at] = f"                        {params}, int o0,"
+        last = len(shifts) - 1
+        first = next(k for k, line in enumerate(body) if line.startswith("    int16 c0_0"))
+        body[first:first] = [f"    const int sh{i} = "
+                             + (f"KERNEL_shift[min(o0 + {i}, {last})];" if table else f"{int(shifts[0])};")
+                             for i in range(rows)]
+        if table:
+            body[:0] = [table]
 
     yt = ctype(y)
     stores = []
@@ -280,7 +320,8 @@ def conv_pixels(ctx: Ctx) -> Lowered:
               f"                + oy * {geo.sh * geo.wp},",
               f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * taps_n * rows},",
               f"                {off},",
-              f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);",
+              f"                {', '.join(f'p{j}' for j in range(vcols))},"
+              + (f" grp * {og} + o0," if shifts is not None else "") + " acc);",
               *stores, "}"]
     xg = math.ceil(panels / vcols)
     lx = min(xg, 8)

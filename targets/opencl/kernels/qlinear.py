@@ -211,7 +211,7 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
     if pairs and ("lanes" not in ctx.schedule or "pointwise" in ctx.schedule) and pointwise_pairs_fits(ctx):
         # a 1x1 conv as a GEMM over 16-pixel vectors
         return pointwise_quads(ctx) if quads else pointwise_pairs(ctx)
-    if quads and ("lanes" not in ctx.schedule or "pixels" in ctx.schedule) and not depthwise_fits(ctx) \
+    if pairs and ("lanes" not in ctx.schedule or "pixels" in ctx.schedule) and not depthwise_fits(ctx) \
             and pixels_fit(ctx):
         return conv_pixels(ctx)  # 16 output columns in the lanes: whole-vector stores
     if lanes == 16 and pairs:
