@@ -231,14 +231,15 @@ def test_a_module_for_the_dot_product_is_refused_where_the_device_lacks_it(monke
         run_op("conv2d_integer", inputs, attrs, info=VNNI, constant=constant(4, False))
 
 
-@pytest.mark.parametrize("reverse, lengths, per_col", [(False, [], False), (True, [5, 3], True)])
-def test_dot_qlstm_scan(reverse: bool, lengths: list[int], per_col: bool) -> None:
+@pytest.mark.parametrize("reverse, lengths, per_col, hidden", [
+    (False, [], False, 32), (True, [5, 3], True, 32), (False, [4, 5], False, 36)])
+def test_dot_qlstm_scan(reverse: bool, lengths: list[int], per_col: bool, hidden: int) -> None:
     """DynamicQuantizeLSTM's scan on the dot product: chosen for i8 R at a constant zero point of 0 and H a
-    multiple of 16 (not for another zero point), and as the int-vector loop's result (each step's h
-    quantized once into bytes, the column sums once), reversed, with sequence lengths and a scale per
-    column."""
-    rng = rng_for("qlstm", str(reverse), str(lengths), str(per_col))
-    steps, batch, hidden = 5, 2, 32
+    multiple of 16 (not for another zero point, nor H = 36, which keeps the int-vector loop), and as the
+    int-vector loop's result (each step's h quantized once into bytes, the column sums once), reversed,
+    with sequence lengths and a scale per column."""
+    rng = rng_for("qlstm", str(reverse), str(lengths), str(per_col), str(hidden))
+    steps, batch = 5, 2
     ins = [rng.standard_normal((steps, batch, 4 * hidden)).astype(np.float32),
            rng.integers(-120, 120, (hidden, 4 * hidden)).astype(np.int8),
            (rng.standard_normal((batch, hidden)) * 0.5).astype(np.float32),
@@ -252,7 +253,7 @@ def test_dot_qlstm_scan(reverse: bool, lengths: list[int], per_col: bool) -> Non
         low = lower_op("qlstm_scan", types, attrs, constant=consts, info=VNNI, values=values)[1]
         return bool(low.schedule.get("quads"))
 
-    assert dot(ins)
+    assert dot(ins) == (hidden % 16 == 0)
     assert not dot([*ins[:5], np.ones_like(ins[5])])
     if not has_dot():
         pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")

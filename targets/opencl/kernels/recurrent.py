@@ -208,9 +208,17 @@ class Scan:
 
     def h_quantization(self, h: str) -> list[str]:
         """hs, hz: the uint8 scale and zero point of sequence b's h (each work-item finds them: the range
-        over [min(h, 0), max(h, 0)] in 255 steps, 1 when empty; the zero point rounded half to even)."""
-        return ["float hlo = 0.0f, hhi = 0.0f;",
-                f"for (int i = 0; i < {self.H}; ++i) {{ const float x = {h}[b * {self.H} + i]; "
+        over [min(h, 0), max(h, 0)] in 255 steps, 1 when empty; the zero point rounded half to even), 16
+        lanes at a time over the first H - H % 16 units (all one at a time in doubles)."""
+        H, whole = self.H, (self.H // 16 * 16 if self.c == "float" else 0)
+        return ["float16 lo = 0.0f, hi = 0.0f;",
+                f"for (int i = 0; i < {whole}; i += 16) {{ const float16 x = vload16(0, {h} + b * {H} + i); "
+                "lo = fmin(lo, x); hi = fmax(hi, x); }",
+                "const float8 lo8 = fmin(lo.lo, lo.hi), hi8 = fmax(hi.lo, hi.hi);",
+                "const float4 lo4 = fmin(lo8.lo, lo8.hi), hi4 = fmax(hi8.lo, hi8.hi);",
+                "float hlo = fmin(fmin(lo4.x, lo4.y), fmin(lo4.z, lo4.w));",
+                "float hhi = fmax(fmax(hi4.x, hi4.y), fmax(hi4.z, hi4.w));",
+                f"for (int i = {whole}; i < {H}; ++i) {{ const float x = {h}[b * {H} + i]; "
                 "hlo = fmin(hlo, x); hhi = fmax(hhi, x); }",
                 "const float hs = hhi == hlo ? 1.0f : (hhi - hlo) / 255.0f;",
                 "const float hz = rint(clamp(0.0f - hlo / hs, 0.0f, 255.0f));",
@@ -250,17 +258,7 @@ class Scan:
     def quantize_h(self, h: str) -> list[str]:
         """The dot path's first phase of a step: sequence b's h quantized (h_quantization) into tmp1's
         bytes, this work-item's 16 units; hs and hz into tmp2 (by the first work-item)."""
-        H = self.H
-        return [  # h_quantization's range, 16 lanes at a time (H is a multiple of 16 here)
-            "float16 lo = 0.0f, hi = 0.0f;",
-            f"for (int i = 0; i < {H}; i += 16) {{ const float16 x = vload16(0, {h} + b * {H} + i); "
-            "lo = fmin(lo, x); hi = fmax(hi, x); }",
-            "const float8 lo8 = fmin(lo.lo, lo.hi), hi8 = fmax(hi.lo, hi.hi);",
-            "const float4 lo4 = fmin(lo8.lo, lo8.hi), hi4 = fmax(hi8.lo, hi8.hi);",
-            "const float hlo = fmin(fmin(lo4.x, lo4.y), fmin(lo4.z, lo4.w));",
-            "const float hhi = fmax(fmax(hi4.x, hi4.y), fmax(hi4.z, hi4.w));",
-            "const float hs = hhi == hlo ? 1.0f : (hhi - hlo) / 255.0f;",
-            "const float hz = rint(clamp(0.0f - hlo / hs, 0.0f, 255.0f));",
+        return self.h_quantization(h) + [
             f"vstore16(convert_uchar16(clamp(rint(vload16(0, {h} + {self.bj}) / hs) + hz, 0.0f, 255.0f)), 0,"
             f" tmp1 + {self.bj});",
             "if (u == 0) { tmp2[2 * b] = hs; tmp2[2 * b + 1] = hz; }"]
