@@ -108,7 +108,8 @@ def _taps(ctx: Ctx, geo: Any, rows: int, load: Any) -> list[str]:
 
 
 def _stores(ctx: Ctx, geo: Any, rows: int) -> list[str]:
-    """Each accumulator row requantized and stored: 16 bytes, or lane by lane at the row's end."""
+    """Each accumulator row requantized and stored: 16 bytes (rows of 16 columns or more: a row's last
+    vector overlaps the one before, `first_column`), or lane by lane in a narrower row."""
     from . import qlinear as q
 
     yt = ctype(ctx.results[0])
@@ -116,17 +117,22 @@ def _stores(ctx: Ctx, geo: Any, rows: int) -> list[str]:
     for r in range(rows):
         val = q._requant(ctx, f"convert_int16(a{r})", 16, "oc")
         out = f"out0 + ((long)(b * {geo.m} + oc) * {geo.ho} + oy0 + {r}) * {geo.wo} + ox0"
-        tail = "\n".join(f"            if (ox0 + {j} < {geo.wo}) o[{j}] = v.s{'0123456789abcdef'[j]};"
-                         for j in range(16))
+        if geo.wo >= 16:
+            store = "vstore16(v, 0, o);"
+        else:
+            store = "\n        ".join(f"o[{j}] = v.s{'0123456789abcdef'[j]};" for j in range(geo.wo))
         lines.append(f"""    if (oy0 + {r} < {geo.ho}) {{
         const {yt}16 v = {val};
         __global {yt}* o = {out};
-        if (ox0 + 16 <= {geo.wo}) vstore16(v, 0, o);
-        else {{
-{tail}
-        }}
+        {store}
     }}""")
     return lines
+
+
+def first_column(geo: Any) -> str:
+    """The item's first output column: 16 a vector, the last vector of a row of 16 columns or more ending
+    at the row's end (overlapping the one before: its columns are computed twice, every store whole)."""
+    return f"min((int)get_global_id(0) * 16, {geo.wo - 16})" if geo.wo >= 16 else "0"
 
 
 def _band_rows(ctx: Ctx, geo: Any, rows: int, lx: int) -> int:
@@ -236,9 +242,9 @@ __kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict in0")}) {{
         const __global {xt}* xp = in0 + ((long)b * {geo.c} + oc / {og}) * {geo.h * geo.wd};
 {textwrap.indent(_band_load(ctx, geo, rin), "    ")}    }}
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int ox0 = get_global_id(0) * 16, z = get_global_id(2);
+    const int ox0 = {first_column(geo)}, z = get_global_id(2);
     const int oy0 = get_group_id(1) * {br} + get_local_id(1) * {rows};
-    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
+    if (oy0 >= {geo.ho}) return;
     const int b = z / {geo.m}, oc = z % {geo.m};
     const int wz = (int)in3[{"oc" if ctx.operands[3].numel > 1 else "0"}];
     const __local float* xb = band + get_local_id(1) * {rows * geo.sh * geo.wp} + ox0;
@@ -270,8 +276,8 @@ def _conv_repacked(ctx: Ctx, geo: Any, rows: int) -> Lowered:
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; 16 columns (lanes) x {rows}
 // rows an item, in float (exact: integer products and sums below 2^24)
 __kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict tmp0")}) {{
-    const int ox0 = get_global_id(0) * 16, oy0 = get_global_id(1) * {rows}, z = get_global_id(2);
-    if (ox0 >= {geo.wo} || oy0 >= {geo.ho}) return;
+    const int ox0 = {first_column(geo)}, oy0 = get_global_id(1) * {rows}, z = get_global_id(2);
+    if (get_global_id(0) * 16 >= {geo.wo} || oy0 >= {geo.ho}) return;
     const int b = z / {geo.m}, oc = z % {geo.m};
     const float xz = (float)in2[0];
     const int wz = (int)in3[{"oc" if ctx.operands[3].numel > 1 else "0"}];
