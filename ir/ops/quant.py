@@ -327,3 +327,49 @@ register(OpDef(
         "(fold-lookup makes it from a chain of elementwise ops, such as a QDQ model's dequantize -> "
         "sigmoid -> quantize).",
 ))
+
+
+# qsoftmax ---------------------------------------------------------------------------------------------------
+def qsoftmax_table(x_scale: float, length: int) -> np.ndarray:
+    """onnxruntime's QLinearSoftmax table for ui8 x: exp((i - 255 + shift) * x_scale) as float32, i in
+    0..255, shift = max(0, ln(FLT_MAX / length) - 5) / x_scale (the sums of a row cannot overflow), all
+    in double as its C++ computes them."""
+    import math
+
+    shift = max(0.0, math.log(float(np.finfo(np.float32).max) / length) - 5.0) / float(np.float32(x_scale))
+    xs = float(np.float32(x_scale))
+    return np.array([math.exp((i - 255 + shift) * xs) for i in range(256)], np.float64).astype(np.float32)
+
+
+def _qsoftmax_infer(sig: Sig) -> list[TensorType]:
+    x = sig.operands[0]
+    check(x.dtype == "ui8", f"qsoftmax takes a ui8 tensor, got {x}")
+    check(-x.rank <= sig["axis"] < x.rank, f"axis {sig['axis']} is out of range for rank {x.rank}")
+    check(sig["x_scale"] > 0 and sig["y_scale"] > 0, "the scales must be positive")
+    check(0 <= sig["y_zero_point"] <= 255, f"y_zero_point {sig['y_zero_point']} is not a ui8")
+    return [x]
+
+
+def _qsoftmax_ref(sig: Sig, x: np.ndarray) -> np.ndarray:
+    axis = sig["axis"] % x.ndim
+    xm = np.moveaxis(np.asarray(x), axis, -1)
+    n = xm.shape[-1]
+    table = qsoftmax_table(sig["x_scale"], n)
+    # the table shifted so that each row's largest x reads table[255]
+    e = table[(xm.astype(np.int64) + 255 - xm.max(axis=-1, keepdims=True).astype(np.int64))]
+    total = np.cumsum(e, axis=-1, dtype=np.float32)[..., -1:]  # left to right, in float32
+    ys = np.float32(np.floor(1.0 / np.float32(sig["y_scale"])))
+    q = np.rint((e * ys) / total).astype(np.int64) + sig["y_zero_point"]
+    return np.ascontiguousarray(np.moveaxis(np.minimum(q, 255).astype(np.uint8), -1, axis))
+
+
+register(OpDef(
+    "qsoftmax", ("x",), infer=_qsoftmax_infer, reference=_qsoftmax_ref,
+    cost=lambda sig: Cost(4 * sig.operands[0].numel, sig.operands[0].nbytes, sig.results[0].nbytes),
+    attrs={"axis": attr("int", -1), "x_scale": attr("float"), "y_scale": attr("float"),
+           "y_zero_point": attr("int", 0)},
+    doc="quantize(softmax(dequantize(x))) along `axis` for ui8 x and y, as onnxruntime's QLinearSoftmax "
+        "computes it: a 256-entry float table of exp((i - 255 + shift) * x_scale) read shifted by each "
+        "row's largest x, the row summed left to right in float32, y = min(255, round_half_even(e * "
+        "floor(1 / y_scale) / sum) + y_zero_point) (fold-qdq makes it of a QDQ softmax).",
+))

@@ -440,6 +440,44 @@ def test_qadd_is_onnxruntimes_qlinear_add(dtype: str, a_shape: tuple, b_shape: t
     check_op("qadd", [a, b], attrs)
 
 
+# qsoftmax: onnxruntime's QLinearSoftmax to the bit ---------------------------------------------------------
+def ort_qdq_softmax(x: np.ndarray, axis: int, attrs: dict[str, Any]) -> np.ndarray:
+    """onnxruntime on dequantize -> Softmax -> quantize of ui8 x (it fuses them into QLinearSoftmax)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(attrs["x_scale"], np.float32), "xs"),
+             numpy_helper.from_array(np.array(117, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(attrs["y_scale"], np.float32), "ys"),
+             numpy_helper.from_array(np.array(attrs["y_zero_point"], np.uint8), "yz")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["d"]),
+             helper.make_node("Softmax", ["d"], ["s"], axis=axis),
+             helper.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.UINT8, x.shape) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "qsoftmax", io[:1], io[1:], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("shape, axis, y_scale, y_zero_point", [
+    ((64, 16), -1, 1 / 255, 0),  # a YOLO head's DFL: 16 bins a box
+    ((2, 4, 9, 40), -1, 1 / 256, 0),  # attention scores: rows of a sequence
+    ((3, 7, 5), 1, 0.0039, 3),  # not the last axis
+])
+def test_qsoftmax_is_onnxruntimes_qlinear_softmax(shape: tuple, axis: int, y_scale: float,
+                                                  y_zero_point: int) -> None:
+    """qsoftmax's reference and its OpenCL kernel give onnxruntime's QLinearSoftmax to the bit (its table,
+    float sums left to right, floor(1 / y_scale)); the float chain rounds 6% of a DFL's values apart."""
+    rng = rng_for("qsoftmax", str(shape), axis)
+    x = ints(rng, shape, "ui8")
+    attrs = {"axis": axis, "x_scale": float(np.float32(rng.uniform(0.02, 0.2))), "y_scale": y_scale,
+             "y_zero_point": y_zero_point}
+    want = ort_qdq_softmax(x, axis, attrs)
+    np.testing.assert_array_equal(reference("qsoftmax", [x], attrs), want)
+    check_op("qsoftmax", [x], attrs)
+
+
 PAIRS_PROBE = r"""
 import glob, os, subprocess, sys
 import numpy as np

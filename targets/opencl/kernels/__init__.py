@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 FAMILIES = ("elementwise", "reduce", "scan", "norm", "movement", "gather", "pool", "gemm", "conv",
-            "conv_transpose", "resize", "attention", "recurrent", "qlinear", "fused")
+            "conv_transpose", "resize", "attention", "recurrent", "qlinear", "qsoftmax", "fused")
 _loaded = False
 
 
