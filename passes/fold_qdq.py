@@ -240,7 +240,9 @@ class Folder:
         if (isinstance(inp, Refusal) or not inp.per_tensor or len(p.result.uses) != 1
                 or inp.value.type.dtype != "ui8" or out.zp_value.type.dtype != "ui8"):
             return False
-        attrs: dict[str, Any] = {"axis": int(p.attrs.get("axis", -1)),
+        axis = p.attrs.get("axis", -1)
+        assert isinstance(axis, int)
+        attrs: dict[str, Any] = {"axis": axis,
                                  "x_scale": float(np.float32(inp.scale.reshape(-1)[0])),
                                  "y_scale": float(np.float32(out.scale.reshape(-1)[0])),
                                  "y_zero_point": int(out.zero_point.reshape(-1)[0])}
