@@ -190,7 +190,7 @@ def _qadd_params(sig: Sig) -> dict[str, str | float]:
     to even and clamped to the type; the constants exact (hexadecimal float32 literals)."""
     rac, rbc, fixed = (f"{float(v).hex()}f" for v in qadd_constants(sig))
     lo, hi = int_range(sig.operands[0].dtype)
-    v = f"fma((float){{b}}, {rbc}, fma((float){{a}}, {rac}, {fixed}))"
+    v = f"fma((float){{a}}, {rac}, fma((float){{b}}, {rbc}, {fixed}))"
     return {"q": f"(int)clamp(rint({v}), {float(lo)!r}f, {float(hi)!r}f)"}
 
 
