@@ -185,9 +185,10 @@ def test_dynamically_quantized_lstm_without_its_scales_is_an_import_error() -> N
 def test_quantized_light_model_matches_onnxruntime(name: str, tmp_path: Path) -> None:
     """Each light model (seeded random weights) through quantize_static (QDQ, per-channel), compiled at -O2
     for OpenCL: every quantized conv and gemm integer, and the output within one step of onnxruntime's
-    int8 run (convs, gemms and residual adds compute as onnxruntime does; its pools and concats of
-    differently scaled inputs have arithmetic of their own, one step apart on squeezenet, shufflenet,
-    resnet50 and densenet121). A lowering that fails on a shape class of these networks fails here."""
+    int8 run (convs, gemms, residual adds, average pools and softmaxes compute as onnxruntime does:
+    squeezenet, shufflenet, resnet50 and inception_v1 equal it on every quantized tensor; a global average
+    pool or a concat of differently scaled inputs has arithmetic of its own). A lowering that fails on a
+    shape class of these networks fails here."""
     from tessel.frontends.onnx.randomize import randomize_weights
 
     from .test_models import LIGHT
