@@ -34,6 +34,17 @@ def fits(ctx: Ctx) -> bool:
             and bool(int(ctx.schedule.get("depthwise", 1))))
 
 
+def _chunk(sw: int) -> str:
+    """16 consecutive positions of a phase as one vector from `src + ix0`: a 16-byte load at stride 1,
+    the even lanes of a 32-byte load at stride 2, none otherwise ('')."""
+    if sw == 1:
+        return "vload16(0, src + ix0)"
+    if sw == 2:
+        evens = ", ".join(str(2 * i) for i in range(16))
+        return f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
+    return ""
+
+
 def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
     """x into tmp0 [N * C, hp, wp] (its type), padded with x_zero_point, each row in `sw` phases of wq:
     phase p's position j holds x[j * sw + p - pl]. A work-item fills one padded row: per phase, the
@@ -41,13 +52,7 @@ def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
     and a shuffle of its even lanes), the rest one at a time."""
     xt = ctype(ctx.operands[0])
     sw, wq, wd, pl = g.sw, g.wq, g.wd, g.pl
-    if sw == 1:
-        chunk = "vload16(0, src + ix0)"
-    elif sw == 2:
-        evens = ", ".join(str(2 * i) for i in range(16))
-        chunk = f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
-    else:
-        chunk = ""
+    chunk = _chunk(sw)
     span = 16 * sw  # the inputs a chunk reads
     vector = f"""            for (; j + 16 <= hi && (j * {sw} + ph - {pl}) + {span} <= {wd}; j += 16) {{
                 const int ix0 = j * {sw} + ph - {pl};
@@ -155,13 +160,7 @@ def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
     lanes), the rest one at a time."""
     xt = ctype(ctx.operands[0])
     sw, wq, wd, pl = geo.sw, geo.wq, geo.wd, geo.pl
-    if sw == 1:
-        chunk = "vload16(0, src + ix0)"
-    elif sw == 2:
-        evens = ", ".join(str(2 * i) for i in range(16))
-        chunk = f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
-    else:
-        chunk = ""
+    chunk = _chunk(sw)
     conv = "convert_float16(as_char16(c)) - xz" if xt == "char" else "convert_float16(c) - xz"
     vector = f"""            for (; j + 16 <= hi && (j * {sw} + ph - {pl}) + {16 * sw} <= {wd}; j += 16) {{
                 const int ix0 = j * {sw} + ph - {pl};

@@ -96,6 +96,39 @@ def _flip(on: bool) -> str:
     return " ^ (int16)(0x80808080)" if on else ""
 
 
+def _pixel_dots_head(x: str, w: str, rows: int, vcols: int) -> tuple[list[list[str]], list[str]]:
+    """The accumulator names c{row}_{vector} and the head of a pixel-lane kernel's dot-product function
+    KERNEL_dots(x, w, off, p0.., acc), its accumulators declared."""
+    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
+    body = [f"__attribute__((target(\"{FEATURES}\")))",
+            f"static void KERNEL_dots(const __global int* restrict {x}, const __global int* restrict {w},",
+            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
+            "                        int16* restrict acc) {"]
+    body += [f"    int16 {', '.join(f'{c} = 0' for c in row)};" for row in accs]
+    return accs, body
+
+
+def _weight_sums(ptr: str, rows: int, total: int, flip_w: bool) -> list[str]:
+    """off times the sum of each row's weight bytes w' (the input zero point's term), as s0..s{rows-1}:
+    the block's `total` weight ints at `ptr` lie with the rows innermost, so a dot product of 16 of them
+    with `off` in every byte sums lanes i, i + rows, ... into row i; a tail of fewer than 16 ints is
+    assembled with the flip's neutral bytes."""
+    whole = total // 16 * 16
+    body = ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
+            f"    for (int k = 0; k < {whole}; k += 16)",
+            f"        s = KERNEL_dot4(s, o, vload16(0, {ptr} + k){_flip(flip_w)});"]
+    if total > whole:
+        pad = "0x80808080" if flip_w else "0"
+        body.append(f"    {{ int16 t = (int16)({pad});")
+        for lo in range(0, total - whole, 4):
+            body.append(f"      t.s{'0123456789abcdef'[lo:lo + 4]} = vload4(0, {ptr} + {whole + lo});")
+        body.append(f"      s = KERNEL_dot4(s, o, t{_flip(flip_w)}); }}")
+    for i in range(rows):
+        lanes = "".join("0123456789abcdef"[k] for k in range(i, 16, rows))
+        body.append(f"    const int s{i} = " + " + ".join(f"s.s{c}" for c in lanes) + ";")
+    return body
+
+
 def repack_quads(ctx: Ctx, g: Any, groups: int, cq: int) -> Kernel:
     """u = x (x ^ 0x80 for i8) with each four channels of a group interleaved, padded with `off` and
     phase-split (`g`: qlinear's Geo)."""
@@ -235,29 +268,11 @@ def conv_pixels(ctx: Ctx) -> Lowered:
     taps_n = geo.kh * geo.kw
     panels = math.ceil(geo.wo / 16)
     vcols = min(vcols, panels)
-    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
-    body = [f"__attribute__((target(\"{FEATURES}\")))",
-            "static void KERNEL_dots(const __global int* restrict xr, const __global int* restrict wc,",
-            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
-            "                        int16* restrict acc) {"]
-    for row in accs:
-        body.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
+    accs, body = _pixel_dots_head("xr", "wc", rows, vcols)
     if shifts is not None:  # the input sums of each column vector (a dot product with ones)
         body.append(f"    int16 {', '.join(f'su{j} = 0' for j in range(vcols))};")
-    if needed:  # off * sum w' of each row: a block's quads lie [cq][taps][rows], 16 / rows steps a vector
-        total, whole = rows * cq * taps_n, rows * cq * taps_n // 16 * 16
-        body += ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
-                 f"    for (int k = 0; k < {whole}; k += 16)",
-                 f"        s = KERNEL_dot4(s, o, vload16(0, wc + k){_flip(flip_w)});"]
-        if total > whole:
-            pad = "0x80808080" if flip_w else "0"
-            body.append(f"    {{ int16 t = (int16)({pad});")
-            for lo in range(0, total - whole, 4):
-                body.append(f"      t.s{'0123456789abcdef'[lo:lo + 4]} = vload4(0, wc + {whole + lo});")
-            body.append(f"      s = KERNEL_dot4(s, o, t{_flip(flip_w)}); }}")
-        for i in range(rows):
-            lanes = "".join("0123456789abcdef"[k] for k in range(i, 16, rows))
-            body.append(f"    const int s{i} = " + " + ".join(f"s.s{c}" for c in lanes) + ";")
+    if needed:  # off * sum w' of each row: a block's quads lie [cq][taps][rows]
+        body += _weight_sums("wc", rows, rows * cq * taps_n, flip_w)
     body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xr += {geo.plane}, wc += {taps_n * rows}) {{")
     for ky in range(geo.kh):
         for kx in range(geo.kw):
@@ -402,27 +417,9 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
-    body = [f"__attribute__((target(\"{FEATURES}\")))",
-            "static void KERNEL_dots(const __global int* restrict xp, const __global int* restrict wp,",
-            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
-            "                        int16* restrict acc) {"]
-    for row in accs:
-        body.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
-    if needed:  # off * sum w' of each row: the rows' quads lie [cq][rows], 16 / rows steps a vector
-        total, whole = rows * cq, rows * cq // 16 * 16
-        body += ["    const int16 o = (int16)(off * 0x01010101);", "    int16 s = 0;",
-                 f"    for (int k = 0; k < {whole}; k += 16)",
-                 f"        s = KERNEL_dot4(s, o, vload16(0, wp + k){_flip(flip_w)});"]
-        if total > whole:
-            pad = "0x80808080" if flip_w else "0"
-            body.append(f"    {{ int16 t = (int16)({pad});")
-            for lo in range(0, total - whole, 4):
-                body.append(f"      t.s{'0123456789abcdef'[lo:lo + 4]} = vload4(0, wp + {whole + lo});")
-            body.append(f"      s = KERNEL_dot4(s, o, t{_flip(flip_w)}); }}")
-        for i in range(rows):
-            lanes = "".join("0123456789abcdef"[k] for k in range(i, 16, rows))
-            body.append(f"    const int s{i} = " + " + ".join(f"s.s{c}" for c in lanes) + ";")
+    accs, body = _pixel_dots_head("xp", "wp", rows, vcols)
+    if needed:  # off * sum w' of each row: the rows' quads lie [cq][rows]
+        body += _weight_sums("wp", rows, rows * cq, flip_w)
     body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xp += {hw}, wp += {rows}) {{")
     for j in range(vcols):
         body.append(f"        const int16 x{j} = vload16(0, xp + p{j});")
