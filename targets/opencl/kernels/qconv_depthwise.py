@@ -5,13 +5,18 @@ float32 holds it and every partial sum of up to 258 of them (below 2^24) exactly
 at most 256 taps the f32 FMAs give the i32 accumulator to the bit, at one FMA a product where the
 integer kernel (qlinear's pixel lanes) widens to i32 and multiplies with `vpmulld` (two uops).
 
-A first kernel copies x as it is (8-bit) into a padded, phase-split scratch plane per channel (rows of wq
-positions a phase, so a tap's inputs for consecutive output columns are consecutive for any stride), the
-padding holding x_zero_point (which contributes 0). Stride-1 rows copy 16 bytes at a time; stride-2 rows
-split 32 bytes into their even and odd phases with two shuffles. The main kernel computes 16 output
-columns (the lanes) by `rows` output rows of one output channel: each input row a tap reads is loaded
-once per column offset (kx), converted to float, x_zero_point subtracted, and multiply-added into every
-output row that uses it, the weights (w - w_zero_point) scalars.
+The input is read padded and phase-split (rows of wq positions a phase, so a tap's inputs for consecutive
+output columns are consecutive for any stride). Each work-item computes 16 output columns (the lanes) by
+`rows` output rows of one output channel: each input row a tap reads is loaded once per column offset
+(kx) and multiply-added into every output row that uses it, the weights (w - w_zero_point) scalars; a row
+of 16 columns or more ends with a vector overlapping the one before, so every store is whole.
+
+Rows of up to 128 columns (`depthwise=2`, the default): one kernel, a work-group a band of rows of one
+channel across the whole width, whose items first fill local memory with the band's inputs as floats
+less x_zero_point (0 in the padding; 16 bytes at a time, stride 2 splitting 32 bytes into phases), meet
+at the barrier, then compute from there: no repack launch, each input converted once. Wider rows (and
+`depthwise=1`): a first kernel copies x as it is (8-bit) into a padded, phase-split scratch plane per
+channel, the padding holding x_zero_point, and the main kernel converts each row it loads.
 """
 
 from __future__ import annotations
