@@ -50,7 +50,11 @@ class Plan:
 def plan_buffers(ops: list[Op], is_kernel: Callable[[Op], bool], view_of: Callable[[Op], Value | None],
                  in_place: Callable[[Op, int], bool] = lambda op, i: False,
                  scratch: Callable[[Op], list[int]] = lambda op: [],
-                 placements: Callable[[Op], list[int] | None] = lambda op: None) -> Plan:
+                 placements: Callable[[Op], list[int] | None] = lambda op: None,
+                 hold: Callable[[Op], bool] = lambda op: False) -> Plan:
+    """`hold(op)`: the buffers freed at op (its scratch, its operands dying there) stay taken until the next
+    kernel that holds too has taken its own, so that the two share no buffer unless one reads the other's
+    results, and may run side by side (a bidirectional layer's two scans)."""
     plan = Plan()
     root: dict[int, int] = {}  # value id -> id of the value whose buffer it lives in
     off: dict[int, int] = {}  # value id -> byte offset in its root's buffer
@@ -95,6 +99,9 @@ def plan_buffers(ops: list[Op], is_kernel: Callable[[Op], bool], view_of: Callab
     for r, i in last.items():
         dying.setdefault(i, []).append(r)
     free: list[int] = []
+    holders = [i for i, op in enumerate(ops) if view_of(op) is None and is_kernel(op) and hold(op)]
+    next_holder = dict(zip(holders, holders[1:], strict=False))
+    pending: dict[int, list[int]] = {}  # kernel index -> buffers held for it, free once it took its own
     holder: dict[int, int] = {}  # root id -> buffer
     live_bytes = 0
 
@@ -143,11 +150,16 @@ def plan_buffers(ops: list[Op], is_kernel: Callable[[Op], bool], view_of: Callab
         tmp = [take(n) for n in extra]
         plan.scratch[id(op)] = tmp
         plan.peak = max(plan.peak, live_bytes + sum(extra))
-        free.extend(tmp)
+        free.extend(pending.pop(i, []))
+        released = list(tmp)
         for r in sorted(dies_here, key=lambda r: holder[r]):
             if r not in reused:
-                free.append(holder[r])
+                released.append(holder[r])
                 live_bytes -= size[r]
+        if i in next_holder:
+            pending.setdefault(next_holder[i], []).extend(released)
+        else:
+            free.extend(released)
     return plan
 
 

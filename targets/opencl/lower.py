@@ -412,6 +412,7 @@ def plan_memory(block: Block, info: DeviceInfo | None = None) -> list[int]:
         in_place=launch_in_place,
         scratch=lambda op: [int(n) for n in op.attrs.get("scratch", [])],
         placements=lambda op: concat_offsets(op, align),
+        hold=one_core,
     )
     for op in ops:
         if op.name == "cl.launch":
@@ -423,6 +424,18 @@ def plan_memory(block: Block, info: DeviceInfo | None = None) -> list[int]:
         op.attrs["kernels"] = []
         op.attrs["assembled"] = True
     return plan.sizes
+
+
+def one_core(op: Op) -> bool:
+    """A launch that keeps one core busy for long: a template that runs its whole loop on one work-item
+    says so with schedule `work_items` = 1 (the recurrent scans). Cooperative execution can run the next
+    such launch beside it on the other core if the plan gives the two no common buffer, so the buffers it
+    frees are held until that launch took its own (a one-item GEMV or softmax is too short to pay for the
+    memory)."""
+    kernels = op.attrs.get("kernels") or []
+    schedule = op.attrs.get("schedule") or {}
+    return (bool(kernels) and schedule.get("work_items") == 1
+            and all(list(k.get("global") or []) == [1] for k in kernels))
 
 
 def concat_offsets(op: Op, align: int) -> list[int] | None:

@@ -21,10 +21,11 @@ from tessel.targets.opencl.runtime import Executable
 from .test_execution import inputs, lowered, needs_companion
 
 
-def compiled(model: onnx.ModelProto) -> object:
+def compiled(model: onnx.ModelProto, schedule: dict | None = None) -> object:
+    """`model` at -O2 lowered for this device, with `schedule`'s keys for every template."""
     m = import_model(model.SerializeToString(), "test.onnx")
     PassManager(parse_pipeline(O_LEVELS[2])).run(m)
-    lower_module(m, dev.device_info(dev.pick_device()))
+    lower_module(m, dev.device_info(dev.pick_device()), schedule=schedule)
     return m
 
 
@@ -54,9 +55,10 @@ def mobile_block() -> onnx.ModelProto:
 
 
 def gru() -> onnx.ModelProto:
-    """A matmul, a GRU scan (barriers inside its loop: it runs alone) and a matmul after it."""
+    """A matmul, a GRU scan and a matmul after it. The scan is one work-item's loop, a cooperative step;
+    spread over a work-group (`LONE`: schedule work_items 2, barriers inside its loop) it runs alone."""
     rng = np.random.default_rng(1)
-    t, b, i, h = 6, 1, 8, 16
+    t, b, i, h = 6, 1, 8, 32
     arrays = {"W": rng.standard_normal((1, 3 * h, i)), "R": rng.standard_normal((1, 3 * h, h)) * 0.3,
               "P": rng.standard_normal((h, 4)), "Q": rng.standard_normal((i, i))}
     inits = [onnx.numpy_helper.from_array(a.astype(np.float32), name=n) for n, a in arrays.items()]
@@ -70,6 +72,9 @@ def gru() -> onnx.ModelProto:
     g = helper.make_graph(nodes, "gru", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, b, i])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, b, 4])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+LONE = {"work_items": 2}
 
 
 def same_as_pool(m, runs: int = 3) -> Executable:  # noqa: ANN001
@@ -103,9 +108,11 @@ def test_a_phased_kernel_runs_its_fill_first() -> None:
 
 def test_steps_that_run_alone_split_the_segments() -> None:
     needs_companion()
-    exe = same_as_pool(compiled(gru()))
+    exe = same_as_pool(compiled(gru(), LONE))
     kinds = [s.kernel is not None for s in exe._cooperative.plan.segments]
     assert False in kinds and True in kinds
+    exe = same_as_pool(compiled(gru()))  # the scan as one work-item's loop: a step like the others
+    assert all(s.kernel is not None for s in exe._cooperative.plan.segments)
 
 
 def test_the_calling_thread_alone_finishes_every_step() -> None:
@@ -254,7 +261,7 @@ def test_profiling_without_a_cycle_counter_times_each_kernel_on_the_pool(
 
 def test_a_profiled_run_records_lone_steps() -> None:
     needs_companion()
-    m = compiled(gru())
+    m = compiled(gru(), LONE)
     exe = Executable(m, m.funcs[0], profile=True, execution="cooperative")
     _, stats = exe.measure(inputs(m.funcs[0], 0), 2)
     assert sorted(stats.kernel_ns) == exe._live and all(t > 0 for v in stats.kernel_ns.values() for t in v)

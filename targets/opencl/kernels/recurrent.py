@@ -1,32 +1,38 @@
 """The recurrent scans (lstm_scan, gru_scan, rnn_scan): one kernel runs every step of a direction.
 
-A step depends on the whole hidden state of the step before, so the steps run in one work-group that
-meets at a barrier between them. Each work-item owns `w` consecutive hidden units (two registers of
-floats where the gates' accumulators fit, else one; halved until w divides H) and computes all their gates
-with one vector accumulator per gate, reading the previous h as broadcast scalars and rt's rows as vectors:
+A step depends on the whole hidden state of the step before, so one work-item runs every step, each step
+over all the units in order: chunks of `w` consecutive hidden units (two registers of floats where the
+gates' accumulators fit, else one; halved until w divides H), all their gates with one vector accumulator
+per gate, reading the previous h as broadcast scalars and rt's rows as vectors:
 
     acc_g[b] = xw[t, b, g*H + j .. j+w) + sum_k h[b, k] * rt[k, g*H + j .. j+w)
 
-rt is packed beforehand (once, at load time, as it is a constant) as [H/w, H, G, w], so each work-item
-reads one contiguous stream: packed, an LSTM with H = 128 runs at about twice the speed.
+rt is packed beforehand (once, at load time, as it is a constant) as [H/w, H, G, w], so each chunk reads
+one contiguous stream: packed, an LSTM with H = 128 runs at about twice the speed. A work-group runs on
+one core whatever its size, so one work-item loses nothing, and with no barrier the scan is a plain kernel
+that cooperative execution runs as a step of its own: a bidirectional layer's two directions, which the
+memory plan gives no common buffer (lower.one_core), run on the two cores at once (a CRNN's H = 512 LSTM:
+13.3 -> 9.5 ms a run). Schedule `work_items` spreads the chunks over a work-group that meets at a barrier
+between steps instead.
 
 The state h lives in scratch `tmp0` as two [B, H] halves, read from one and written to the other step by
-step (the barrier between steps orders them); LSTM's cell state c stays in result `out2`, read and written
-only by the work-item that owns it. GRU without linear_before_reset needs r * h of every unit before the
-candidate's matmul: a second phase per step, behind its own barrier, with r * h and z in scratch `tmp1`.
+step (one work-item, or the barrier between steps, orders them); LSTM's cell state c stays in result
+`out2`, read and written only by the work-item that owns it. GRU without linear_before_reset needs r * h
+of every unit before the candidate's matmul: a second phase per step (behind its own barrier in a work-
+group), with r * h and z in scratch `tmp1`.
 
 The input projection is not here: it is one matmul over the whole sequence before the scan, where it runs
 as a GEMM of T*B rows. Past a batch's length (`lengths`) a step keeps the state and writes zeros to y.
 
 qlstm_scan (onnxruntime's DynamicQuantizeLSTM) runs the same loop with rt of 8-bit integers: at each step
 every work-item finds the range of the previous h of each sequence b (uint8, a scale and zero point per
-sequence, ir/ops/recurrent.py), quantizes each h[b, k] as it reads it, and sums
-(hq - h_zp) * (rt - r_zero_point) in int vectors; the gate's pre-activation is
-xw + float(sum) * (h_scale * r_scale). On a device with the 8-bit dot product (`dot_fits`) a step takes two
-phases: each work-item finds the range of h and quantizes its own units into bytes (tmp1; the scale and
-zero point in tmp2), then, after a barrier, sums hq * rt with `vpdpbusd` over rt packed [H/16, H/4, G, 16,
-4] (a column's four k in each lane) and takes the zero point out through rt's column sums (tmp3, once):
-the same integers, 12x faster on a CRNN's H = 512 scan.
+sequence, ir/ops/recurrent.py), quantizes each h[b, k] as it reads it, and sums (hq - h_zp) * (rt -
+r_zero_point) in int vectors; the gate's pre-activation is xw + float(sum) * (h_scale * r_scale). On a
+device with the 8-bit dot product (`dot_fits`) a step takes two phases: each work-item finds the range of
+h and quantizes its own units into bytes (tmp1; the scale and zero point in tmp2), then (after a barrier
+in a work-group) sums hq * rt with `vpdpbusd` over rt packed [H/16, H/4, G, 16, 4] (a column's four k in
+each lane) and takes the zero point out through rt's column sums (tmp3, once): the same integers, 12x
+faster on a CRNN's H = 512 scan.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from ....ir.types import TensorType
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, require_static, template
 from .reducers import V, elem_ctype, flit, is_float, kernel_source, vec_width
 
-MAX_LOCAL = 256  # work-items in the scan's work-group (each loops over its share of the units past it)
+MAX_LOCAL = 256  # work-items schedule `work_items` may give the scan's work-group
 
 
 def unit_width(hidden: int, lanes: int) -> int:
@@ -71,7 +77,9 @@ def scan_template(ctx: Ctx) -> Lowered:
     if hidden % w:
         raise NotLowerable(f"{ctx.op_name} schedule units={w} does not divide hidden size {hidden}")
     chunks = hidden // w
-    local = max(1, min(chunks, MAX_LOCAL, ctx.device.max_work_group_size))
+    local = int(ctx.schedule.get("work_items", 1))
+    if not 1 <= local <= min(chunks, MAX_LOCAL, ctx.device.max_work_group_size):
+        raise NotLowerable(f"{ctx.op_name} schedule work_items={local} (1..{min(chunks, MAX_LOCAL)})")
     cell = {"lstm_scan": _lstm, "qlstm_scan": _lstm, "gru_scan": _gru, "rnn_scan": _rnn}[ctx.op_name]
     s = Scan(ctx, c, w, steps, batch, hidden, width, local, dot)
     body, params, scratch = cell(s)
@@ -81,8 +89,8 @@ def scan_template(ctx: Ctx) -> Lowered:
     what = (f"{ctx.op_name} over {steps} steps, batch {batch}, hidden {hidden}"
             + (", reversed" if ctx.attr("reverse") else "")
             + f": {local} work-item{'s' if local > 1 else ''} of {w} units")
-    src = (prefix + f"__attribute__((reqd_work_group_size({local}, 1, 1)))\n"
-           + kernel_source(what, params, body))
+    group = f"__attribute__((reqd_work_group_size({local}, 1, 1)))\n" if local > 1 else ""
+    src = prefix + group + kernel_source(what, params, body)
     n_in, n_out = len(ctx.operands), len(ctx.results)
     args = tuple([f"in{i}" for i in range(n_in)] + [f"out{j}" for j in range(n_out)]
                  + [f"tmp{k}" for k in range(len(scratch))])
@@ -293,15 +301,21 @@ class Scan:
         return ["if (t >= KERNEL_len[b]) {", *["    " + ln for ln in keep], "} else {",
                 *["    " + ln for ln in write], "}"]
 
+    def barrier(self) -> str:
+        """Between the phases of a step: a work-group barrier, or nothing where one work-item runs every
+        unit in order (the default: then the scan is a plain kernel that cooperative execution can run
+        as a step of its own, a bidirectional layer's two directions on two cores at once)."""
+        return "barrier(CLK_GLOBAL_MEM_FENCE);" if self.L > 1 else ""  # (the word alone would keep it lone)
+
     def loop(self, init: list[str], step: list[str], final: list[str]) -> list[str]:
         """The kernel body: init, then the steps (each ends at a barrier), then the final writes."""
         T, rev = self.T, bool(self.ctx.attr("reverse"))
-        return ["const int l = get_local_id(0);", *init, "barrier(CLK_GLOBAL_MEM_FENCE);",
+        return ["const int l = get_local_id(0);", *init, self.barrier(),
                 f"for (int s = 0; s < {T}; ++s) {{",
                 f"    const int t = {f'{T - 1} - s' if rev else 's'};",
                 f"    __global const {self.c}* hp = tmp0 + (s & 1) * {self.bh};",
                 f"    __global {self.c}* hn = tmp0 + ((s + 1) & 1) * {self.bh};",
-                *["    " + ln for ln in step], "    barrier(CLK_GLOBAL_MEM_FENCE);", "}",
+                *["    " + ln for ln in step], "    " + self.barrier(), "}",
                 f"__global const {self.c}* hl = tmp0 + {(T & 1) * self.bh};", *final]
 
     def copy(self, src: str, dst: str) -> str:
@@ -340,7 +354,7 @@ def _lstm(s: Scan) -> tuple[list[str], list[str], list[int]]:
     final = s.units([s.copy("hl", "out1")])
     n_in = len(s.ctx.operands)
     if s.dot:  # a step: quantize h (tmp1, tmp2), then the gates
-        step = s.units(s.quantize_h("hp")) + ["barrier(CLK_GLOBAL_MEM_FENCE);"] + s.units(cell)
+        step = s.units(s.quantize_h("hp")) + [s.barrier()] + s.units(cell)
         params = s.params(n_in, 3, 1) + ["__global uchar* restrict tmp1", "__global float* restrict tmp2",
                                          "__global int* restrict tmp3"]
         return (s.loop(init, step, final), params,
@@ -375,7 +389,7 @@ def _gru(s: Scan) -> tuple[list[str], list[str], list[int]]:
         phase2 += [f"const {v.t} z = {v.load('tmp1', f'{s.bh} + {s.bj}')};",
                    f"const {v.t} cand = tanh({s.clipped(f'{s.xw(2)} + ah + {rbh}')});",
                    f"const {v.t} hnew = ({one} - z) * cand + z * {hp};"]
-        step = s.units(phase1) + ["barrier(CLK_GLOBAL_MEM_FENCE);"] + s.units(phase2 + s.update("hnew", []))
+        step = s.units(phase1) + [s.barrier()] + s.units(phase2 + s.update("hnew", []))
         scratch = [2 * s.state_bytes] * 2
         n_tmp = 2
     final = s.units([s.copy("hl", "out1")])
