@@ -43,7 +43,8 @@ def float_cnn(seed: int = 0) -> onnx.ModelProto:
 
 def float_pooled_cnn(seed: int = 0) -> onnx.ModelProto:
     """conv, a 2x2 average pool (averages of 4 steps: ties, at the conv's zero point), conv + relu, a 3x2
-    average pool with padding, conv: what a PP-OCR recognizer's stem does before its transformer."""
+    average pool with padding, conv, and a softmax over its 4 channels: what a PP-OCR recognizer's stem
+    does before its transformer, and a YOLO head's DFL."""
     rng = np.random.default_rng(seed)
     inits = [_init(rng, "w1", [8, 3, 3, 3], 0.3), _init(rng, "b1", [8], 0.1),
              _init(rng, "w2", [16, 8, 3, 3], 0.2), _init(rng, "b2", [16], 0.1),
@@ -53,7 +54,7 @@ def float_pooled_cnn(seed: int = 0) -> onnx.ModelProto:
              node("AveragePool", ["c1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
              node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), node("Relu", ["c2"], ["r2"]),
              node("AveragePool", ["r2"], ["p2"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 0]),
-             node("Conv", ["p2", "w3"], ["y"])]
+             node("Conv", ["p2", "w3"], ["c3"]), node("Softmax", ["c3"], ["y"], axis=1)]
     io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, CNN_INPUT)],
           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])])
     graph = helper.make_graph(nodes, "pooled", *io, inits)

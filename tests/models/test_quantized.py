@@ -69,15 +69,20 @@ def test_quantized_cnn_matches_onnxruntime(how: str, target: str, tmp_path: Path
         np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
 
 
+@pytest.mark.parametrize("how", ["qdq", "qoperator"])
 @pytest.mark.parametrize("target", ["numpy", "opencl"])
-def test_quantized_average_pools_round_as_onnxruntime(target: str, tmp_path: Path) -> None:
-    """onnxruntime runs a QDQ AveragePool as QLinearAveragePool, which adds the zero point before rounding:
-    averages of 2x2 windows land on .5 often, where the ONNX float chain rounds them one step apart. tessel
-    quantizes the pool as onnxruntime does, so the output equals onnxruntime's (it was 2 steps off)."""
+def test_quantized_pools_and_softmax_compute_as_onnxruntime(how: str, target: str, tmp_path: Path) -> None:
+    """onnxruntime runs a quantized AveragePool as QLinearAveragePool, which adds the zero point before
+    rounding (averages of 2x2 windows land on .5 often, where the ONNX float chain rounds them one step
+    apart), and a quantized Softmax as QLinearSoftmax (an exp table, floor(1 / y_scale)). tessel computes
+    both as onnxruntime does, from QDQ models and from QOperator ones (its com.microsoft ops), so the
+    output equals onnxruntime's (it was 2 steps off)."""
     if target == "opencl" and not _opencl():
         pytest.skip("no OpenCL device")
-    model = quantize(float_pooled_cnn(), "qdq", tmp_path, CNN_INPUT)
-    assert [n.op_type for n in model.graph.node].count("AveragePool") == 2
+    model = quantize(float_pooled_cnn(), how, tmp_path, CNN_INPUT)
+    ops = [n.op_type for n in model.graph.node]
+    pools = ops.count("AveragePool" if how == "qdq" else "QLinearAveragePool")
+    assert pools == 2 and ops.count("Softmax" if how == "qdq" else "QLinearSoftmax") == 1, ops
     for seed in range(2):
         x = np.random.default_rng(30 + seed).standard_normal(CNN_INPUT).astype(np.float32)
         np.testing.assert_array_equal(_run(model, x, target), _ort(model, x), err_msg=f"seed {seed}")

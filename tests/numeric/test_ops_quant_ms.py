@@ -77,6 +77,32 @@ def test_qlinear_global_average_pool(channels_last: int) -> None:
     _check(_model(node, feeds, SCALES, out), feeds)
 
 
+@pytest.mark.parametrize("channels_last, attrs", [
+    (0, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    (0, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    (1, {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [1, 0, 1, 0]})])
+def test_qlinear_average_pool(channels_last: int, attrs: dict) -> None:
+    node = helper.make_node("QLinearAveragePool", ["x", "as", "az", "ys", "yz"], ["y"],
+                            channels_last=channels_last, domain=MS, **attrs)
+    k, s = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    p = attrs.get("pads", [0, 0, 0, 0])
+    oh, ow = ((6 + p[0] + p[2] - k[0]) // s[0] + 1, (8 + p[1] + p[3] - k[1]) // s[1] + 1)
+    shape, out = ([1, 6, 8, 4], [1, oh, ow, 4]) if channels_last else ([1, 4, 6, 8], [1, 4, oh, ow])
+    feeds = {"x": _u8(*shape)}
+    _check(_model(node, feeds, SCALES, out), feeds)
+
+
+@pytest.mark.parametrize("opset, axis, shape", [(13, -1, [2, 3, 16]), (13, 1, [1, 4, 3, 5]),
+                                                (12, 1, [2, 3, 4])])
+def test_qlinear_softmax(opset: int, axis: int, shape: list[int]) -> None:
+    """Opset 12's softmax works on rows of the input flattened at axis."""
+    node = helper.make_node("QLinearSoftmax", ["x", "as", "az", "ys", "yz"], ["y"], axis=axis, opset=opset,
+                            domain=MS)
+    feeds = {"x": _u8(*shape)}
+    inits = dict(SCALES, ys=np.array(1 / 256, np.float32), yz=np.array(0, np.uint8))
+    _check(_model(node, feeds, inits, shape), feeds)
+
+
 @pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})])
 def test_qlinear_unary(op: str, attrs: dict) -> None:
     node = helper.make_node(op, ["x", "as", "az", "ys", "yz"], ["y"], domain=MS, **attrs)

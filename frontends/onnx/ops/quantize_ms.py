@@ -1,10 +1,11 @@
 """Converters for onnxruntime's `com.microsoft` quantized operators, the ones its quantization tool emits
-in QOperator format: QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearSigmoid,
-QLinearLeakyRelu and QGemm.
+in QOperator format: QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool,
+QLinearAveragePool, QLinearSoftmax, QLinearSigmoid, QLinearLeakyRelu and QGemm.
 
 Each becomes its dequantize -> float op -> quantize form, as the QDQ format writes it: `fuse` makes the
-elementwise ones one kernel reading and writing 8-bit values, and `fold-qdq` turns QGemm into a `qmatmul`
-(onnxruntime computes these in float too, except QGemm).
+elementwise ones one kernel reading and writing 8-bit values, and `fold-qdq` turns QGemm into a `qmatmul`,
+QLinearAdd into a `qadd`, QLinearSoftmax into a `qsoftmax` and QLinearAveragePool's quantize into its
+rounding, onnxruntime's arithmetic for each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .misc import _scalar
+from .nn import AveragePool
+from .norm import _axis, _coerced
 from .quantize import DequantizeLinear, QuantizeLinear
 
 MS = "com.microsoft"
@@ -75,6 +78,38 @@ def QLinearGlobalAveragePool(b: Builder, X: Tensor, x_scale: Tensor, x_zero_poin
         y = b.op("reduce_mean", [x], {"axes": list(range(1, X.rank - 1)), "keepdims": True})
     else:
         y = b.op("global_avg_pool", [x])
+    return _q(b, y, y_scale, y_zero_point, X)
+
+
+@converter("QLinearAveragePool", domain=MS)
+def QLinearAveragePool(b: Builder, X: Tensor, x_scale: Tensor, x_zero_point: Tensor | None, y_scale: Tensor,
+                       y_zero_point: Tensor | None = None, *, auto_pad: str = "NOTSET", ceil_mode: int = 0,
+                       channels_last: int = 0, count_include_pad: int = 0, kernel_shape: list[int],
+                       pads: list[int] | None = None, strides: list[int] | None = None) -> Tensor:
+    x = _dq(b, X, x_scale, x_zero_point)
+    if channels_last:  # NHWC: the pool on NCHW between two transposes
+        x = b.op("transpose", [x], {"perm": [0, X.rank - 1, *range(1, X.rank - 1)]})
+    y = AveragePool(b, x, auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                    kernel_shape=kernel_shape, pads=pads, strides=strides)
+    if channels_last:
+        y = b.op("transpose", [y], {"perm": [0, *range(2, X.rank), 1]})
+    return _q(b, y, y_scale, y_zero_point, X)
+
+
+@converter("QLinearSoftmax", domain=MS)
+def QLinearSoftmax(b: Builder, X: Tensor, X_scale: Tensor, x_zero_point: Tensor | None, y_scale: Tensor,
+                   y_zero_point: Tensor | None = None, *, axis: int | None = None, opset: int) -> Tensor:
+    """Softmax with the semantics of the opset it was made from (below 13: rows of the input flattened at
+    `axis`, default 1; from 13: one axis, default -1)."""
+    x = _dq(b, X, X_scale, x_zero_point)
+    if opset >= 13:
+        y = b.op("softmax", [x], {"axis": _axis(-1 if axis is None else axis, X.rank)})
+    else:
+        old, b.opset = b.opset, opset
+        try:
+            y = _coerced(b, x, axis, lambda t, a: b.op("softmax", [t], {"axis": a}))
+        finally:
+            b.opset = old
     return _q(b, y, y_scale, y_zero_point, X)
 
 
