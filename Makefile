@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.stamp-setup
 export POCL_CACHE_DIR := $(CURDIR)/.pocl-cache
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-cold bench-resources bench-checked bench-wild soak conformance fuzz clean
+.PHONY: setup demo test test-all lit unit lint typecheck bench bench-zoo bench-tune bench-quant bench-cold bench-resources bench-checked bench-wild bench-wild-quant soak conformance fuzz clean
 
 setup: $(STAMP)
 
@@ -100,6 +100,12 @@ bench-checked: setup $(BENCH_STAMP)
 # Needs only the test extra (onnxruntime), not the bench extra's torch.
 bench-wild: setup
 	$(BIN)/python bench/wild/run.py $(if $(MODELS),--models $(MODELS))
+
+# The wild models quantized by onnxruntime's tool (QDQ and QOperator quantize_static, quantize_dynamic) at
+# their size A, compiled by tessel and compared with onnxruntime on the same quantized model (and with
+# onnxruntime's own unfused run); JSON in bench/results/wild-quant-<time>.json. MODELS=a,b picks some.
+bench-wild-quant: setup
+	$(BIN)/python bench/wild/quantized.py $(if $(MODELS),--models $(MODELS))
 
 # Soak (issue 19): light squeezenet and the transformer encoder, each way to run (pool, cooperative, auto),
 # run SOAK_RUNS times on one executable, then SOAK_LOADS executables loaded, run once and dropped, all in one
