@@ -22,10 +22,12 @@ a `dequantize` of its 8-bit inputs and a `quantize` of its output. This pass rew
   differs from it on a few elements in ten thousand, which a deep network grows into whole steps).
 - an average pool, quantize(avg_pool2d(dequantize(x))), keeps the pool in float and quantizes as
   onnxruntime's QLinearAveragePool does, the zero point added before rounding (`average`).
+- a mul of two dequantized tensors quantized per tensor (a hard-swish's) becomes `qmul(a, b)`:
+  onnxruntime's QLinearMul arithmetic (the integer product times a_scale * b_scale / scale in float32).
 - a softmax of ui8 to ui8, quantize(softmax(dequantize(x))), becomes `qsoftmax(x)`: onnxruntime's
   QLinearSoftmax arithmetic (an exp table, float sums, floor(1 / y_scale)).
 
-Other elementwise ops between dequantize and quantize (a sigmoid, a mul) stay in float: fold-lookup
+Other elementwise ops between dequantize and quantize (a sigmoid, a mul of a float) stay in float: fold-lookup
 makes a chain of one 8-bit tensor a table, `fuse` the others one kernel that reads and writes 8-bit
 values; they, and other ops that stay in float there, get a missed remark `float-op`. A `quantize` of a
 conv2d, matmul or gemm the pass cannot fold gets a missed remark (category `quantization`) saying why:
@@ -124,7 +126,7 @@ class Folder:
             if p.name in REQUANTIZED:
                 self.float_op(p, "an input is not dequantized per tensor")
             return False
-        if p.name == "add" and self.add(q, out, p, rw):
+        if p.name in ("add", "mul") and self.add(q, out, p, rw):
             return True
         if p.name == "avg_pool2d" and self.average(q, out, p, rw):
             return True
@@ -183,8 +185,8 @@ class Folder:
         return True
 
     def add(self, q: Op, out: Quant, p: Op, rw: Rewriter) -> bool:
-        """quantize(dequantize(a) + dequantize(b)) with per-tensor parameters and one 8-bit type throughout:
-        a `qadd` on the integers (onnxruntime's QLinearAdd arithmetic)."""
+        """quantize(dequantize(a) + dequantize(b)) (or *) with per-tensor parameters and one 8-bit type
+        throughout: a `qadd` (`qmul`) on the integers, onnxruntime's QLinearAdd (QLinearMul) arithmetic."""
         a, b = (self.params(v.op, "dequantize") for v in p.operands)
         if isinstance(a, Refusal) or isinstance(b, Refusal) or len(p.result.uses) != 1:
             return False
@@ -197,11 +199,12 @@ class Folder:
                  "b_zero_point": int(b.zero_point.reshape(-1)[0]),
                  "scale": float(np.float32(out.scale.reshape(-1)[0])),
                  "zero_point": int(out.zero_point.reshape(-1)[0])}
-        new = rw.create(q, "qadd", [a.value, b.value], [q.result.type], attrs, fuse_locs(p.loc, q.loc))
+        op = "qadd" if p.name == "add" else "qmul"
+        new = rw.create(q, op, [a.value, b.value], [q.result.type], attrs, fuse_locs(p.loc, q.loc))
         new.result.name = q.result.name
         rw.replace_op(q, [new.result])
         self.owner.stat("num-integer-adds")
-        self.ctx.remark_passed("quantization", "integer", [p], "'add' runs on the 8-bit values as qadd")
+        self.ctx.remark_passed("quantization", "integer", [p], f"'{p.name}' runs on the 8-bit values as {op}")
         return True
 
     def average(self, q: Op, out: Quant, p: Op, rw: Rewriter) -> bool:
@@ -380,7 +383,7 @@ class FoldQdq(Pass):
         "num-folded": "Number of contractions turned into qconv2d / qmatmul",
         "num-integer-movement": "Number of reshapes and transposes moved onto 8-bit values",
         "num-identities": "Number of quantize(dequantize(x)) with the same parameters removed",
-        "num-integer-adds": "Number of quantized adds made qadd",
+        "num-integer-adds": "Number of quantized adds and muls made qadd and qmul",
         "num-softmaxes": "Number of quantized softmaxes made qsoftmax",
         "num-average-pools": "Number of average pools quantized as onnxruntime's QLinearAveragePool rounds",
         "num-missed": "Number of quantized contractions left in float",

@@ -109,9 +109,10 @@ register(OpDef(
 
 # the quantized add ----------------------------------------------------------------------------------------
 def _qadd_infer(sig: Sig) -> list[TensorType]:
+    """qadd's and qmul's: two 8-bit tensors of one type, the parameters in range."""
     a, b = sig.operands
     check(a.dtype in EIGHT_BIT and b.dtype == a.dtype,
-          f"qadd takes two i8 or two ui8 tensors, got {a} and {b}")
+          f"takes two i8 or two ui8 tensors, got {a} and {b}")
     for k in ("a_zero_point", "b_zero_point", "zero_point"):
         lo, hi = int_range(a.dtype)
         check(lo <= sig[k] <= hi, f"{k} {sig[k]} is outside {a.dtype}")
@@ -155,6 +156,31 @@ register(OpDef(
         "computes it: saturate(round_half_even(fma(a, a_scale / scale, fma(b, b_scale / scale, zero_point - "
         "fma(a_scale / scale, a_zero_point, b_scale / scale * b_zero_point))))) in float32 (fold-qdq makes "
         "it of a QDQ residual add); a and b broadcast.",
+))
+
+
+# the quantized mul ----------------------------------------------------------------------------------------
+def qmul_ratio(sig: Sig) -> np.float32:
+    """a_scale * b_scale / scale in float32, left to right, as onnxruntime's QLinearMul (MLAS) takes it."""
+    f = np.float32
+    return f(f(f(sig["a_scale"]) * f(sig["b_scale"])) / f(sig["scale"]))
+
+
+def _qmul_ref(sig: Sig, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ia = np.asarray(a).astype(np.int32) - sig["a_zero_point"]
+    ib = np.asarray(b).astype(np.int32) - sig["b_zero_point"]
+    v = (ia * ib).astype(np.float32) * qmul_ratio(sig) + np.float32(sig["zero_point"])
+    return saturate(v.astype(np.float64), sig.operands[0].dtype)
+
+
+register(OpDef(
+    "qmul", ("a", "b"), infer=_qadd_infer, reference=_qmul_ref, traits=ELEMENTWISE, cost=elementwise_cost(4),
+    attrs={"a_scale": attr("float"), "a_zero_point": attr("int"), "b_scale": attr("float"),
+           "b_zero_point": attr("int"), "scale": attr("float"), "zero_point": attr("int")},
+    doc="quantize(dequantize(a) * dequantize(b)) with per-tensor parameters, as onnxruntime's QLinearMul "
+        "computes it: saturate(round_half_even(float((a - a_zero_point) * (b - b_zero_point)) * (a_scale * "
+        "b_scale / scale) + zero_point)) in float32, no fma (fold-qdq makes it of a QDQ mul, such as a "
+        "hard-swish's); a and b broadcast.",
 ))
 
 

@@ -39,7 +39,7 @@ NO_MAKER: dict[str, str] = {
     "linear_attention": _RECURRENT,
     "roi_align": _RECURRENT, "col2im": _RECURRENT, "max_unpool": _RECURRENT, "grid_sample": _RECURRENT,
     "conv2d_integer": _QOPS, "qconv2d": _QOPS, "matmul_integer": _QOPS, "qmatmul": _QOPS, "qadd": _QOPS,
-    "qsoftmax": _QOPS,
+    "qsoftmax": _QOPS, "qmul": _QOPS,
     "lookup": "fold-lookup makes it from the elementwise chains of one 8-bit value (its lit file; the "
               "`quantize` maker's dequantize -> op -> quantize chains)",
     "bitcast": "it reinterprets bits: validation would compare NaN payloads",

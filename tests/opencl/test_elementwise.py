@@ -405,7 +405,7 @@ def test_every_registered_op_lowers() -> None:
         if op == "dequantize":  # x (i8), scale (f32), zero point (i8)
             types = [TensorType((3, 5), "i8"), TensorType((), "f32"), TensorType((), "i8")]
         attrs = {"to": "i32"} if op == "cast" else {"direction": "left"} if op == "bit_shift" else {}
-        if op == "qadd":  # two ui8 tensors, their scales and zero points as attributes
+        if op in ("qadd", "qmul"):  # two ui8 tensors, their scales and zero points as attributes
             types = [TensorType((3, 5), "ui8")] * 2
             attrs = {"a_scale": 0.5, "a_zero_point": 3, "b_scale": 0.25, "b_zero_point": 7, "scale": 0.75,
                      "zero_point": 2}

@@ -394,8 +394,10 @@ def test_dequantize_per_axis(dtype: str) -> None:
 
 
 # qadd: onnxruntime's QLinearAdd to the bit ----------------------------------------------------------------
-def ort_qlinear_add(a: np.ndarray, b: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """onnxruntime's com.microsoft QLinearAdd on a and b with `attrs`' scales and zero points."""
+def ort_qlinear_add(a: np.ndarray, b: np.ndarray, attrs: dict[str, Any],
+                    op: str = "QLinearAdd") -> np.ndarray:
+    """onnxruntime's com.microsoft QLinearAdd (or `op`: QLinearMul) on a and b with `attrs`' scales and
+    zero points."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -405,7 +407,7 @@ def ort_qlinear_add(a: np.ndarray, b: np.ndarray, attrs: dict[str, Any]) -> np.n
     inits += [numpy_helper.from_array(np.array(attrs[k], a.dtype), k)
               for k in ("a_zero_point", "b_zero_point", "zero_point")]
     names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "scale", "zero_point"]
-    node = helper.make_node("QLinearAdd", names, ["y"], domain="com.microsoft")
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft")
     out = np.broadcast_shapes(a.shape, b.shape)
     graph = helper.make_graph([node], "qadd", [helper.make_tensor_value_info("a", et, a.shape),
                                                helper.make_tensor_value_info("b", et, b.shape)],
@@ -451,6 +453,21 @@ def test_qadd_takes_every_byte_pair_as_onnxruntime() -> None:
     want = ort_qlinear_add(a, b, attrs)
     np.testing.assert_array_equal(reference("qadd", [a, b], attrs), want)
     check_op("qadd", [a, b], attrs)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"a_scale": 0.0213, "a_zero_point": 120, "b_scale": 0.0297, "b_zero_point": 130, "scale": 0.3,
+     "zero_point": 125},
+    {"a_scale": 0.05, "a_zero_point": 3, "b_scale": 0.011, "b_zero_point": 0, "scale": 0.04,
+     "zero_point": 7}])
+def test_qmul_takes_every_byte_pair_as_onnxruntime(attrs: dict[str, Any]) -> None:
+    """qmul's reference and its OpenCL kernel give onnxruntime's QLinearMul to the bit on every (a, b)
+    byte pair: the integer product times the float32 ratio, then the zero point, two roundings."""
+    a, b = (v.astype(np.uint8).reshape(1, 256, 256) for v in np.meshgrid(np.arange(256), np.arange(256),
+                                                                         indexing="ij"))
+    want = ort_qlinear_add(a, b, attrs, "QLinearMul")
+    np.testing.assert_array_equal(reference("qmul", [a, b], attrs), want)
+    check_op("qmul", [a, b], attrs)
 
 
 # qsoftmax: onnxruntime's QLinearSoftmax to the bit ---------------------------------------------------------

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....ir.ops.quant import qadd_constants
+from ....ir.ops.quant import qadd_constants, qmul_ratio
 from ....ir.ops.registry import Sig
 from ....ir.types import UNSIGNED_TYPES, float_max, int_range
 from .base import (
@@ -194,6 +194,18 @@ def _qadd_params(sig: Sig) -> dict[str, str | float]:
     return {"q": f"(int)clamp(rint({v}), {float(lo)!r}f, {float(hi)!r}f)"}
 
 
+def _qmul_params(sig: Sig) -> dict[str, str | float]:
+    """qmul as its reference (onnxruntime's QLinearMul): the integer product in float times the ratio,
+    then plus the zero point, each rounded (the bitcast between them keeps OpenCL C's default
+    FP_CONTRACT from fusing them into an fma), rounded half to even and clamped to the type."""
+    ratio, zc = f"{float(qmul_ratio(sig)).hex()}f", f"{float(sig['zero_point'])!r}f"
+    lo, hi = int_range(sig.operands[0].dtype)
+    prod = (f"(float)(((int){{a}} - {int(sig['a_zero_point'])}) * ((int){{b}} - {int(sig['b_zero_point'])}))"
+            f" * {ratio}")
+    v = f"as_float(as_uint({prod})) + {zc}"
+    return {"q": f"(int)clamp(rint({v}), {float(lo)!r}f, {float(hi)!r}f)"}
+
+
 _INT_DIV = "(({b} == {0} | {b} == {-1}) ? {1} : {b})"  # a divisor that cannot trap; the guarded cases:
 
 RULES: dict[str, Rule] = {
@@ -254,6 +266,7 @@ RULES: dict[str, Rule] = {
     "quantize": Rule(i="{q}", vec="", params=_quantize_params),
     "dequantize": Rule(i="(((float){a} - (float){c}) * (float){b})", vec=""),
     "qadd": Rule(i="{q}", vec="", params=_qadd_params),
+    "qmul": Rule(i="{q}", vec="", params=_qmul_params),
     # integer bit operations
     "bitwise_and": Rule(i="{a} & {b}"),
     "bitwise_or": Rule(i="{a} | {b}"),
