@@ -332,21 +332,34 @@ QUANT_INTS = ("i8", "ui8", "i16", "ui16", "i32")
 
 def converts(op_name: str, sig: Sig) -> bool:
     """Whether op `op_name` has a vector form that converts between types (`converting_expr`): dequantize
-    of an integer to f32, quantize of f32 to an integer, with an f32 scale."""
+    of an integer to f32, quantize of f32 to an integer, with an f32 scale; qadd and qmul (their 8-bit
+    operands to float and back)."""
     ops = sig.operands
     if op_name == "dequantize":
         return ops[0].dtype in QUANT_INTS and ops[1].dtype == "f32" and sig.results[0].dtype == "f32"
     if op_name == "quantize":
         return ops[0].dtype == "f32" and ops[1].dtype == "f32" and ops[2].dtype in QUANT_INTS
-    return False
+    return op_name in ("qadd", "qmul")  # 8-bit in and out, float32 between
 
 
 def converting_expr(op_name: str, sig: Sig, operands: Sequence[str], width: int) -> str:
     """`width` lanes of quantize / dequantize (`converts`), each operand a vector of its own type: the
     scalar rules' arithmetic lane by lane (a comparison's -1 lanes choose), the result converted to its
     element type exactly (the quantized value is clamped within it first)."""
-    a, b, c = (o if re.fullmatch(r"[\w.]+", o) else f"({o})" for o in operands)
+    a, b, c = (o if re.fullmatch(r"[\w.]+", o) else f"({o})" for o in [*operands, ""][:3])
     f, i, u = (f"{t}{width}" for t in ("float", "int", "uint"))
+    if op_name in ("qadd", "qmul"):  # the scalar rules' float32 arithmetic, lane by lane
+        lo, hi = int_range(sig.operands[0].dtype)
+        if op_name == "qadd":
+            rac, rbc, fixed = (f"{float(v).hex()}f" for v in qadd_constants(sig))
+            v = f"fma(convert_{f}({a}), {rac}, fma(convert_{f}({b}), {rbc}, ({f})({fixed})))"
+        else:
+            za, zb = int(sig["a_zero_point"]), int(sig["b_zero_point"])
+            prod = (f"convert_{f}((convert_{i}({a}) - {za}) * (convert_{i}({b}) - {zb})) * "
+                    f"{float(qmul_ratio(sig)).hex()}f")
+            v = f"as_{f}(as_{u}({prod})) + {float(sig['zero_point'])!r}f"
+        q = f"convert_{i}(clamp(rint({v}), {float(lo)!r}f, {float(hi)!r}f))"
+        return f"convert_{ctype(sig.results[0])}{width}({q})"
     if op_name == "dequantize":
         return f"((convert_{f}({a}) - convert_{f}({c})) * {b})"
     lo, hi = int_range(sig.operands[2].dtype)
