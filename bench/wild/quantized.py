@@ -33,7 +33,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import cpu_model  # noqa: E402
+from common import cpu_model, write_atomic  # noqa: E402
 from models import WildModel, select  # noqa: E402
 from run import first_line  # noqa: E402
 
@@ -190,10 +190,7 @@ def main(argv: list[str] | None = None) -> int:
               "cores": os.cpu_count(), "python": platform.python_version(), "onnxruntime": ort.__version__,
               "models": records}
     out = Path(args.json) if args.json else RESULTS / f"wild-quant-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(out)
+    write_atomic(out, json.dumps(result, indent=1).encode())
     print(f"\nJSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
 

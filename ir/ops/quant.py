@@ -121,6 +121,11 @@ def _qadd_infer(sig: Sig) -> list[TensorType]:
     return [TensorType(broadcast_shapes(a.shape, b.shape), a.dtype)]
 
 
+QBINARY_ATTRS = {"a_scale": attr("float"), "a_zero_point": attr("int"), "b_scale": attr("float"),
+                 "b_zero_point": attr("int"), "scale": attr("float"), "zero_point": attr("int")}
+"""qadd's and qmul's attributes: each operand's and the result's scale and zero point."""
+
+
 def qadd_constants(sig: Sig) -> tuple[np.float32, np.float32, np.float32]:
     """(a_scale / scale, b_scale / scale, zero_point - (those ratios times the input zero points)) in
     float32, as onnxruntime's QLinearAdd (MLAS) derives them: its AVX2 kernel's compiler contracts
@@ -150,8 +155,7 @@ def _qadd_ref(sig: Sig, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 register(OpDef(
     "qadd", ("a", "b"), infer=_qadd_infer, reference=_qadd_ref, traits=ELEMENTWISE, cost=elementwise_cost(4),
-    attrs={"a_scale": attr("float"), "a_zero_point": attr("int"), "b_scale": attr("float"),
-           "b_zero_point": attr("int"), "scale": attr("float"), "zero_point": attr("int")},
+    attrs=QBINARY_ATTRS,
     doc="quantize(dequantize(a) + dequantize(b)) with per-tensor parameters, as onnxruntime's QLinearAdd "
         "computes it: saturate(round_half_even(fma(a, a_scale / scale, fma(b, b_scale / scale, zero_point - "
         "fma(a_scale / scale, a_zero_point, b_scale / scale * b_zero_point))))) in float32 (fold-qdq makes "
@@ -175,8 +179,7 @@ def _qmul_ref(sig: Sig, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 register(OpDef(
     "qmul", ("a", "b"), infer=_qadd_infer, reference=_qmul_ref, traits=ELEMENTWISE, cost=elementwise_cost(4),
-    attrs={"a_scale": attr("float"), "a_zero_point": attr("int"), "b_scale": attr("float"),
-           "b_zero_point": attr("int"), "scale": attr("float"), "zero_point": attr("int")},
+    attrs=QBINARY_ATTRS,
     doc="quantize(dequantize(a) * dequantize(b)) with per-tensor parameters, as onnxruntime's QLinearMul "
         "computes it: saturate(round_half_even(float((a - a_zero_point) * (b - b_zero_point)) * (a_scale * "
         "b_scale / scale) + zero_point)) in float32, no fma (fold-qdq makes it of a QDQ mul, such as a "
