@@ -143,10 +143,11 @@ def LRN(b: Builder, x: Tensor, *, alpha: float = 1e-4, beta: float = 0.75, bias:
 
 
 # softmax family ---------------------------------------------------------------------------------------
-def _coerced(b: Builder, x: Tensor, axis: int | None, fn: Callable[[Tensor, int], Tensor]) -> Tensor:
+def _coerced(b: Builder, x: Tensor, axis: int | None, fn: Callable[[Tensor, int], Tensor],
+             opset: int | None = None) -> Tensor:
     """Opset < 13 flattens the input to 2-D at `axis` (default 1) and works on rows; opset 13 works on one
-    axis (default -1)."""
-    if b.opset >= 13:
+    axis (default -1). `opset`: the semantics' opset when not the model's (com.microsoft ops name it)."""
+    if (b.opset if opset is None else opset) >= 13:
         return fn(x, _axis(-1 if axis is None else axis, x.rank))
     a = _axis(1 if axis is None else axis, x.rank)
     if a == x.rank - 1:

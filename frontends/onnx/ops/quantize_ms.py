@@ -16,7 +16,7 @@ from ..builder import Builder, ConversionError, Tensor
 from ..registry import converter
 from .misc import _scalar
 from .nn import AveragePool
-from .norm import _axis, _coerced
+from .norm import _coerced
 from .quantize import DequantizeLinear, QuantizeLinear
 
 MS = "com.microsoft"
@@ -102,14 +102,7 @@ def QLinearSoftmax(b: Builder, X: Tensor, X_scale: Tensor, x_zero_point: Tensor 
     """Softmax with the semantics of the opset it was made from (below 13: rows of the input flattened at
     `axis`, default 1; from 13: one axis, default -1)."""
     x = _dq(b, X, X_scale, x_zero_point)
-    if opset >= 13:
-        y = b.op("softmax", [x], {"axis": _axis(-1 if axis is None else axis, X.rank)})
-    else:
-        old, b.opset = b.opset, opset
-        try:
-            y = _coerced(b, x, axis, lambda t, a: b.op("softmax", [t], {"axis": a}))
-        finally:
-            b.opset = old
+    y = _coerced(b, x, axis, lambda t, a: b.op("softmax", [t], {"axis": a}), opset)
     return _q(b, y, y_scale, y_zero_point, X)
 
 
