@@ -406,3 +406,43 @@ register(OpDef(
         "row's largest x, the row summed left to right in float32, y = min(255, round_half_even(e * "
         "floor(1 / y_scale) / sum) + y_zero_point) (fold-qdq makes it of a QDQ softmax).",
 ))
+
+
+# dynamic_quantize -------------------------------------------------------------------------------------------
+def _dynamic_quantize_infer(sig: Sig) -> list[TensorType]:
+    x = sig.operands[0]
+    check(x.dtype == "f32", f"dynamic_quantize takes an f32 tensor, got {x}")
+    return [TensorType(x.shape, "ui8"), TensorType((), "f32"), TensorType((), "ui8")]
+
+
+def dynamic_quantize_params(lo: np.float32, hi: np.float32) -> tuple[np.float32, np.float32]:
+    """(scale, zero point as a float) of ui8 dynamic quantization from x's range [lo, hi] with 0 in it: the
+    arithmetic onnxruntime's DynamicQuantizeLinear does in float32, (hi - lo) / 255 and round_half_even(
+    clamp(-lo / scale, 0, 255)); a range of one point (x all zeros) takes scale 1/255, zero point 0."""
+    f = np.float32
+    span = f(1.0) if hi == lo else f(f(hi) - f(lo))
+    scale = f(span / f(255.0))
+    with np.errstate(all="ignore"):
+        zp = f(np.rint(np.clip(-(f(lo) / scale), f(0.0), f(255.0))))
+    return scale, zp
+
+
+def _dynamic_quantize_ref(sig: Sig, x: np.ndarray) -> list[np.ndarray]:
+    x = np.asarray(x, np.float32)
+    lo = np.float32(min(float(x.min()), 0.0)) if x.size else np.float32(0.0)
+    hi = np.float32(max(float(x.max()), 0.0)) if x.size else np.float32(0.0)
+    scale, zp = dynamic_quantize_params(lo, hi)
+    with np.errstate(all="ignore"):
+        y = np.clip(np.rint(x / scale) + zp, 0.0, 255.0).astype(np.uint8)
+    return [y, np.array(scale, np.float32), np.array(zp, np.float32).astype(np.uint8)]
+
+
+register(OpDef(
+    "dynamic_quantize", ("x",), infer=_dynamic_quantize_infer, reference=_dynamic_quantize_ref, results=3,
+    cost=lambda sig: Cost(3 * sig.operands[0].numel, 2 * sig.operands[0].nbytes, sig.results[0].nbytes),
+    doc="ONNX DynamicQuantizeLinear: x (f32) quantized to ui8 over its own range, which is widened to hold "
+        "0: scale = (max - min) / 255 (1/255 when the range is one point), zero_point = round_half_even("
+        "clamp(-min / scale, 0, 255)), y = saturate(round_half_even(x / scale) + zero_point); results y, "
+        "scale (f32 scalar) and zero_point (ui8 scalar), all in float32 as onnxruntime computes them. One "
+        "op, so that the range reduction and the quantization lower together (two launches, not six).",
+))

@@ -657,3 +657,64 @@ def test_integer_max_pool(dtype: str, shape: tuple[int, ...], k: int, s: int, pa
     never wins; vector interior and scalar edges, exact."""
     x = ints(rng_for("maxpool", dtype, str(shape)), shape, dtype)
     check_op("max_pool2d", [x], {"kernel": [k, k], "strides": [s, s], "pads": list(pads), "ceil_mode": ceil})
+
+
+# dynamic_quantize: onnxruntime's DynamicQuantizeLinear to the bit -------------------------------------------
+def ort_dynamic_quantize(x: np.ndarray) -> list[np.ndarray]:
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    outs = [helper.make_tensor_value_info("y", TensorProto.UINT8, x.shape),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("z", TensorProto.UINT8, [])]
+    graph = helper.make_graph([node], "dql", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})
+
+
+def dynamic_quantize_reference(x: np.ndarray) -> list[np.ndarray]:
+    opdef = get_op("dynamic_quantize")
+    assert opdef is not None
+    sig = opdef.sig([TensorType.of(x)], {})
+    sig.results = opdef.infer(sig)
+    return list(opdef.reference(sig, x))
+
+
+def dynamic_quantize_input(kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    rng = rng_for("dynamic_quantize", kind, str(shape))
+    if kind == "ties":  # range [-1, 127/128]: scale 1/128, zero point 128, every x / scale halfway
+        x = (rng.integers(-128, 127, shape) + 0.5) / 128
+        x.flat[:2] = -1.0, 127 / 128
+        return x.astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    return {"mixed": x, "positive": np.abs(x) + 0.5, "negative": -np.abs(x) - 0.5}[kind]
+
+
+@pytest.mark.parametrize("kind, shape", [
+    ("mixed", (2, 64, 128)),  # a BERT layer's activations: 4 slices
+    ("mixed", (3, 70001)),  # 64 slices, none a multiple of 16
+    ("ties", (5, 33)),  # one slice, a scalar tail
+    ("ties", (9000,)),
+    ("positive", (17, 19)),  # the range widened to hold 0: zero point 0
+    ("negative", (1000,)),  # zero point 255
+])
+def test_dynamic_quantize_is_onnxruntimes(kind: str, shape: tuple[int, ...]) -> None:
+    """dynamic_quantize's reference and its two-launch kernel give onnxruntime's DynamicQuantizeLinear to
+    the bit: the range's min and max, the scale and zero point in float32, ties rounded to even."""
+    x = dynamic_quantize_input(kind, shape)
+    want = ort_dynamic_quantize(x)
+    got = dynamic_quantize_reference(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    check_op("dynamic_quantize", [x])
+
+
+def test_dynamic_quantize_of_zeros() -> None:
+    """A range of one point (x all zeros) takes scale 1/255 and zero point 0 in the kernel as in the
+    reference (the spec's 0/0 has no value)."""
+    check_op("dynamic_quantize", [np.zeros((4, 40), np.float32)])
+    y, scale, zp = dynamic_quantize_reference(np.zeros((4, 40), np.float32))
+    assert scale == np.float32(1 / 255) and zp == 0 and not y.any()

@@ -90,13 +90,4 @@ def DequantizeLinear(b: Builder, x: Tensor, x_scale: Tensor, x_zero_point: Tenso
 @converter("DynamicQuantizeLinear", since=11)
 def DynamicQuantizeLinear(b: Builder, x: Tensor) -> list[Tensor]:
     _float_only(x, "DynamicQuantizeLinear's input")
-    x = b.cast(x, "f32")
-    zero = _scalar(b, 0, "f32")
-    hi = b.op("max", [b.op("reduce_max", [x], {"keepdims": False}), zero])
-    lo = b.op("min", [b.op("reduce_min", [x], {"keepdims": False}), zero])
-    span = b.op("where", [b.op("equal", [hi, lo]), _scalar(b, 1.0, "f32"), b.op("sub", [hi, lo])])
-    scale = b.op("div", [span, _scalar(b, 255.0, "f32")])
-    zp = b.op("round", [b.op("clip", [b.op("neg", [b.op("div", [lo, scale])])], {"min": 0.0, "max": 255.0})])
-    y = b.op("add", [b.op("round", [b.op("div", [x, scale])]), zp])
-    y = b.cast(b.op("clip", [y], {"min": 0.0, "max": 255.0}), "ui8")
-    return [y, scale, b.cast(zp, "ui8")]
+    return b.ops("dynamic_quantize", [b.cast(x, "f32")])

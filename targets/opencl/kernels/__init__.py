@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 FAMILIES = ("elementwise", "reduce", "scan", "norm", "movement", "gather", "pool", "gemm", "conv",
-            "conv_transpose", "resize", "attention", "recurrent", "qlinear", "qsoftmax", "fused")
+            "conv_transpose", "resize", "attention", "recurrent", "qlinear", "qsoftmax", "dynamic_quantize",
+            "fused")
 _loaded = False
 
 
