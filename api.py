@@ -15,6 +15,8 @@ one model a thread.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sys
 import threading
 import time
@@ -64,12 +66,15 @@ def import_model_source(model: Any, input_shapes: Mapping[str, Sequence[int]] | 
                         filename: str | None = None) -> Module:
     """A verified module from `model`: an ONNX file path, `onnx.ModelProto`, ONNX bytes, a `.tsl` path
     or text, or a Module (returned as is)."""
-    from .ir.parser import parse_module
-    from .ir.verifier import verify_or_raise
-
     if isinstance(model, Module):
         return model
-    shapes = {k: list(v) for k, v in (input_shapes or {}).items()}
+    data, filename = model_bytes(model, filename)
+    return import_bytes(data, filename, input_shapes)
+
+
+def model_bytes(model: Any, filename: str | None = None) -> tuple[bytes, str]:
+    """(the bytes, a file name for messages) of `model`: an ONNX file path, `onnx.ModelProto`, ONNX bytes,
+    or a `.tsl` path or text."""
     data: bytes
     if isinstance(model, (str, Path)) and not str(model).lstrip().startswith(("module", "func")):
         path = Path(model)
@@ -88,6 +93,16 @@ def import_model_source(model: Any, input_shapes: Mapping[str, Sequence[int]] | 
             raise TypeError(f"tessel.compile takes a path, an onnx.ModelProto, bytes or a Module, not "
                             f"{type(model).__name__}")
         data, filename = serialize(), filename or "<onnx.ModelProto>"
+    return data, filename
+
+
+def import_bytes(data: bytes, filename: str,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Module:
+    """The verified module of `data` (ONNX bytes or tessel IR text; `model_bytes`)."""
+    from .ir.parser import parse_module
+    from .ir.verifier import verify_or_raise
+
+    shapes = {k: list(v) for k, v in (input_shapes or {}).items()}
     if not data:
         raise DiagnosticError(Diagnostic("error", f"'{filename}' is empty"))
     if is_tsl(data, filename):
@@ -103,8 +118,13 @@ def import_model_source(model: Any, input_shapes: Mapping[str, Sequence[int]] | 
 
 
 def is_tsl(data: bytes, filename: str) -> bool:
-    """Whether `data` is tessel IR text rather than ONNX protobuf bytes."""
-    return filename.endswith(".tsl") or data.lstrip()[:1] in (b"m", b"f", b"/", b"{")
+    """Whether `data` is tessel IR text rather than ONNX protobuf bytes (looking at its first byte that is
+    not white space, without copying the bytes)."""
+    if filename.endswith(".tsl"):
+        return True
+    start = re.match(rb"\s*", data)
+    at = start.end() if start else 0
+    return data[at:at + 1] in (b"m", b"f", b"/", b"{")
 
 
 def optimize(module: Module, opt_level: int = 2, weights: str = "f32", on_remark: Any = None) -> Module:
@@ -150,10 +170,10 @@ class CompiledModel:
     `get_outputs`) plus `profile`, the IR it went through (`modules`), and `save`."""
 
     def __init__(self, module: Module, target: str, device: Any = None,
-                 modules: dict[str, Module] | None = None):
+                 modules: dict[str, Module] | None = None, cache_key: str | None = None):
         self.module = module
         self.target = target
-        self.modules = dict(modules or {"target": module})
+        self.modules = modules if isinstance(modules, _Levels) else dict(modules or {"target": module})
         """The IR at each level it went through: 'imported', 'optimized', 'target' (OpenCL)."""
         self.func: Func = module.func("main") or module.funcs[0]
         from .ir.interpreter import output_names
@@ -173,10 +193,17 @@ class CompiledModel:
         self._exe: Any = None
         self.codegen_seconds = 0.0
         """Seconds `tessel.compile` spent lowering to the target (0 for a loaded module)."""
+        self.phases: dict[str, float] = {}
+        """Seconds `tessel.compile` spent in each phase: 'import', 'opt', 'codegen' and 'store' (keeping
+        the module in the compiled-module cache) when it compiled the model, 'cache' (reading the module)
+        when the cache held it; empty for a loaded module. Making the executable (weights, programs) is
+        the rest of the call."""
         if target == "opencl":
             from .targets.opencl.dynamic import executable
 
             self._exe = executable(module, self.func, device)
+            if cache_key is not None and hasattr(self._exe, "cache_key"):  # a dynamic model's sizes
+                self._exe.cache_key = cache_key
 
     @staticmethod
     def _describe(func: Func) -> list[NodeArg]:
@@ -291,26 +318,51 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
             tuning_records: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
             weight_precision: str = "f32",
             shape_hints: Sequence[Mapping[str, Sequence[int]]] | Mapping[str, Sequence[int]] | None = None,
-            ) -> CompiledModel:
+            cache: bool = True) -> CompiledModel:
     """Import `model` (an ONNX path, ModelProto or bytes, a .tsl path or text, or a Module), optimize it at
     -O`opt_level`, and compile it for `target` ('opencl', or 'numpy': the reference interpreter) on
     `device` (an OpenCL device spec as `tessel-run --device`: None picks the first, a GPU if any);
     `tuning_records`: a tessel-tune record file; `input_shapes`: static shapes for dynamic ONNX inputs
     (without them, dynamic dims stay dynamic: the model runs inputs of any size, each size compiled the
     first time it is met); `shape_hints`: the input shapes (a dict of input name -> shape, or a list of
-    such dicts) to compile ahead of time, tuned by the records."""
+    such dicts) to compile ahead of time, tuned by the records; `cache`: keep the compiled module in (and
+    take it from) the compiled-module cache, keyed by the model's bytes, these options, the device and
+    tessel's code, so that a later compile of the same model in any process loads it (and the sizes of a
+    dynamic model its runs compiled) instead of compiling again (TESSEL_MODULE_CACHE=0 turns it off
+    everywhere; docs/opencl.md "Caches")."""
     if target not in TARGETS:
         raise InvalidArgument(f"unknown target '{target}' (expected {' or '.join(TARGETS)})")
     if opt_level not in (0, 1, 2, 3):
         raise InvalidArgument(f"opt_level must be 0 to 3, got {opt_level}")
-    module = import_model_source(model, input_shapes)
+    source = None if isinstance(model, Module) else model_bytes(model)
+    if target == "opencl" and cache and source is not None:
+        key, cl_device, info = _cache_key(source, device, opt_level, tuning_records, input_shapes,
+                                          weight_precision, shape_hints)
+        from .targets.opencl import compiled as compiled_cache
+
+        t0 = time.perf_counter()
+        if key is not None and (hit := compiled_cache.load(key)) is not None:
+            lazy = _Levels(hit, lambda: _front(source, input_shapes, opt_level, weight_precision))
+            read = time.perf_counter() - t0
+            compiled = CompiledModel(hit, "opencl", cl_device, lazy, cache_key=key)
+            compiled.phases = {"cache": read}
+            return compiled
+    else:
+        key, cl_device, info = None, None, None
+    t0 = time.perf_counter()
+    module = import_bytes(*source, input_shapes) if source is not None else model
     if module.attrs.get("target") == "opencl":  # already compiled: load it
         return load(module, device)
+    phases = {"import": time.perf_counter() - t0}
     levels = {"imported": _clone(module)}
+    t0 = time.perf_counter()
     optimize(module, opt_level, weight_precision)
+    phases["opt"] = time.perf_counter() - t0
     if target == "numpy":
         levels["optimized"] = module
-        return CompiledModel(module, "numpy", modules=levels)
+        compiled = CompiledModel(module, "numpy", modules=levels)
+        compiled.phases = phases
+        return compiled
     from .targets.opencl import device as dev
     from .targets.opencl.lower import lower_module
     from .targets.opencl.records import Tuning, read_records
@@ -319,8 +371,9 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     from .targets.opencl.profile import compile_info
 
     t0 = time.perf_counter()
-    cl_device = dev.pick_device(device)
-    info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
+    if info is None:
+        cl_device = dev.pick_device(device)
+        info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
     lower_module(module, info, tuning=tuning)
     if shape_hints:
@@ -345,9 +398,96 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
             CompiledModel._call(embed_hint, module, func, shapes, info, tuning)
     levels["target"] = module
     codegen = time.perf_counter() - t0
-    compiled = CompiledModel(module, "opencl", cl_device, levels)
+    phases["codegen"] = codegen
+    if key is not None:
+        from .targets.opencl import compiled as compiled_cache
+
+        t0 = time.perf_counter()
+        compiled_cache.store(key, module)
+        phases["store"] = time.perf_counter() - t0
+    compiled = CompiledModel(module, "opencl", cl_device, levels, cache_key=key)
     compiled.codegen_seconds = codegen
+    compiled.phases = phases
     return compiled
+
+
+def _cache_key(source: tuple[bytes, str], device: str | None, opt_level: int, tuning_records: str | None,
+               input_shapes: Any, weight_precision: str, shape_hints: Any) -> tuple[str | None, Any, Any]:
+    """(the compiled-module cache's key for this compile, the OpenCL device, its DeviceInfo); the key is
+    None when the model cannot be cached, or when no device is at hand (the compile then reports that
+    where it always has, after the import)."""
+    from .targets.opencl import device as dev
+    from .targets.opencl.profile import compile_info
+
+    data, filename = source
+    try:
+        cl_device = dev.pick_device(device)
+    except (DiagnosticError, RuntimeError, ValueError):
+        return None, None, None
+    info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
+    records = b""
+    if tuning_records:
+        try:
+            records = Path(tuning_records).read_bytes()
+        except OSError:
+            return None, cl_device, info  # the compile reports it
+    text = is_tsl(data, filename)
+    options = {"opt_level": opt_level, "weights": weight_precision, "input_shapes": input_shapes,
+               "shape_hints": shape_hints, "records": hashlib.sha256(records).hexdigest(),
+               "name": Path(filename).name}
+    from .targets.opencl import compiled as compiled_cache
+
+    return compiled_cache.model_key(data, text, options, info), cl_device, info
+
+
+def _front(source: tuple[bytes, str], input_shapes: Any, opt_level: int, weight_precision: str,
+           ) -> dict[str, Module]:
+    """The 'imported' and 'optimized' levels of a model whose target level came from the cache."""
+    module = import_bytes(*source, input_shapes)
+    levels = {"imported": _clone(module)}
+    levels["optimized"] = optimize(module, opt_level, weight_precision)
+    return levels
+
+
+class _Levels(dict):
+    """`CompiledModel.modules` of a model loaded from the compiled-module cache: 'target' at hand, the
+    'imported' and 'optimized' levels made again (import and optimize) the first time one is asked for."""
+
+    def __init__(self, target: Module, front: Any):
+        super().__init__(target=target)
+        self._front = front
+
+    def _fill(self) -> None:
+        if self._front is not None:
+            front, self._front = self._front, None
+            self.update(front())
+
+    def __missing__(self, key: str) -> Module:
+        self._fill()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in ("imported", "optimized", "target") or dict.__contains__(self, key)
+
+    def keys(self) -> Any:
+        self._fill()
+        return dict.keys(self)
+
+    def items(self) -> Any:
+        self._fill()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._fill()
+        return dict.values(self)
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._fill()
+        return dict.__len__(self)
 
 
 def load(path: Any, device: str | None = None) -> CompiledModel:

@@ -206,23 +206,35 @@ def decode_entry(name: str, value: memoryview, base_dir: str, verify_hash: bool 
     return Resource(name, data, digest, origin)
 
 
-_MAPS: dict[str, mmap.mmap] = {}
+_MAPS: dict[str, tuple[tuple[int, int, int], mmap.mmap]] = {}
+"""The external weights files mapped so far, by real path, with the (inode, size, mtime) they were mapped
+at: a file replaced since (the compiled-module cache rewrites its entries) is mapped again."""
 
 
 def _map_external(path: str, offset: int, length: int, name: str) -> memoryview:
     key = os.path.realpath(path)
-    m = _MAPS.get(key)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ResourceError(
+            f"resource '{name}': cannot open external weights '{path}': {e.strerror}"
+        ) from None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    known = _MAPS.get(key)
+    m = known[1] if known is not None and known[0] == stamp else None
     if m is None:
         try:
             with open(path, "rb") as f:
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else None
+                fst = os.fstat(f.fileno())
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if fst.st_size else None
+                stamp = (fst.st_ino, fst.st_size, fst.st_mtime_ns)
         except OSError as e:
             raise ResourceError(
                 f"resource '{name}': cannot open external weights '{path}': {e.strerror}"
             ) from None
         if m is None:
             raise ResourceError(f"resource '{name}': external weights file '{path}' is empty")
-        _MAPS[key] = m
+        _MAPS[key] = (stamp, m)
     if offset < 0 or offset + length > len(m):
         raise ResourceError(f"resource '{name}': bytes {offset}..{offset + length} lie outside '{path}'")
     return memoryview(m)[offset:offset + length]

@@ -155,7 +155,7 @@ def write_entry(path: str, payload: bytes) -> bool:
     return True
 
 
-def replace_atomically(path: str, chunks: Sequence[bytes]) -> None:
+def replace_atomically(path: str, chunks: Sequence[bytes | memoryview]) -> None:
     """Write `chunks` to a temporary file of a unique name beside `path`, then rename it over `path`: a
     reader sees the old file or the new one, never half of one, and two writers never share a temporary
     file (the last rename wins). Raises OSError, leaving nothing behind."""

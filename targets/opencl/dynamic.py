@@ -153,6 +153,9 @@ class DynamicExecutable:
         self.loaded: OrderedDict[Shapes, Any] = OrderedDict()
         self.compiled = 0
         """Sizes compiled at run time so far (not counting hinted ones)."""
+        self.cache_key: str | None = None
+        """The key of the module in the compiled-module cache (compiled.py) when tessel.compile made it:
+        the sizes compiled at run time are kept there under it."""
         self._last: Any = None
 
     def for_shapes(self, shapes: Sequence[Sequence[int]]) -> Any:
@@ -164,7 +167,7 @@ class DynamicExecutable:
             if ahead is not None:
                 exe = executable(self.module, ahead, self.device, **self.options)
             else:
-                m, f = compile_size(self.module, self.func, key, self.info)
+                m, f = self._compile(key)
                 exe = executable(m, f, self.device, **self.options)
                 self.compiled += 1
             self.loaded[key] = exe
@@ -174,6 +177,21 @@ class DynamicExecutable:
             self.loaded.move_to_end(key)
         self._last = exe
         return exe
+
+    def _compile(self, shapes: Shapes) -> tuple[Module, Func]:
+        """`compile_size` of these sizes, or what an earlier process compiled of them when this func came
+        from the compiled-module cache (`cache_key`: the key of its module there): kept there after."""
+        from . import compiled
+
+        key = compiled.size_key(self.cache_key, self.func.name, shapes) if self.cache_key else None
+        if key is not None and (m := compiled.load(key)) is not None:
+            f = m.func(self.func.name)
+            if f is not None:
+                return m, f
+        m, f = compile_size(self.module, self.func, shapes, self.info)
+        if key is not None:
+            compiled.store(key, m)
+        return m, f
 
     def run(self, arrays: Sequence[Any], on_device: bool = False) -> list[Any]:
         exe = self.for_shapes([np.shape(a) for a in arrays])

@@ -1,0 +1,144 @@
+"""The compiled-module cache (targets/opencl/compiled.py): `tessel.compile` of a model compiled before, in
+any process, loads the module instead of compiling it; a dynamic model's sizes likewise; a changed model,
+option, device or tessel gives another key; a bad entry is a miss (a CacheWarning), never a wrong model;
+the folder is trimmed least recently used first. The OpenCL cases skip without a platform."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tessel.targets.opencl import compiled
+from tessel.targets.opencl.cache import CacheWarning
+from tessel.targets.opencl.device import opencl_available
+
+NO_OPENCL = opencl_available()
+needs_opencl = pytest.mark.skipif(NO_OPENCL is not None, reason=str(NO_OPENCL))
+
+W = np.arange(16, dtype=np.float32).reshape(4, 4) / 7
+STATIC = """module @m {
+func @main(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %w = const {value = dense_resource<w> : tensor<4x4xf32>} : () -> tensor<4x4xf32>
+  %0 = matmul %x, %w : (tensor<3x4xf32>, tensor<4x4xf32>) -> tensor<3x4xf32>
+  %1 = relu %0 : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %1 : tensor<3x4xf32>
+}
+}
+{-#
+  resources: {
+    w: "sha256:DIGEST:base64:PAYLOAD"
+  }
+#-}
+""".replace("DIGEST", hashlib.sha256(W.tobytes()).hexdigest()).replace(
+    "PAYLOAD", base64.b64encode(W.tobytes()).decode())
+DYNAMIC = STATIC.replace("tensor<3x4xf32>", "tensor<?x4xf32>")
+
+
+@pytest.fixture
+def cache_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The cache on (tests/conftest.py turns it off for the other tests), in a folder of its own (the
+    calibration stays where the suite keeps it)."""
+    monkeypatch.setenv("TESSEL_MODULE_CACHE", "1")
+    monkeypatch.setattr(compiled, "folder", lambda: str(tmp_path / "modules"))
+    return tmp_path / "modules"
+
+
+def _run(model: object, x: np.ndarray) -> np.ndarray:
+    return model.run(None, {"x": x})[0]  # type: ignore[attr-defined]
+
+
+@needs_opencl
+def test_a_second_compile_loads_the_module(cache_on: Path) -> None:
+    import tessel
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    first = tessel.compile(STATIC)
+    assert "cache" not in first.phases and {"import", "opt", "codegen", "store"} <= set(first.phases)
+    assert len(list(cache_on.glob("*.tsl"))) == 1 and len(list(cache_on.glob("*.weights"))) == 1
+    again = tessel.compile(STATIC)
+    assert set(again.phases) == {"cache"}
+    np.testing.assert_array_equal(_run(again, x), _run(first, x))
+    np.testing.assert_allclose(_run(again, x), np.maximum(x @ W, 0), rtol=1e-6)
+    # the levels before the target's are made again when asked for
+    assert "imported" in again.modules and again.modules["imported"].attrs.get("target") != "opencl"
+    assert set(again.modules) == {"imported", "optimized", "target"}
+
+
+@needs_opencl
+def test_what_the_module_depends_on_is_in_the_key(cache_on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tessel
+
+    tessel.compile(STATIC)
+    assert "cache" not in tessel.compile(STATIC, opt_level=1).phases  # an option
+    assert "cache" not in tessel.compile(STATIC.replace("relu", "sigmoid")).phases  # the model
+    monkeypatch.setattr(compiled, "_CODE", "another tessel")
+    assert "cache" not in tessel.compile(STATIC).phases  # tessel's code
+    assert "cache" not in tessel.compile(STATIC, cache=False).phases
+    monkeypatch.setenv("TESSEL_MODULE_CACHE", "0")
+    assert "cache" not in tessel.compile(STATIC).phases
+
+
+@needs_opencl
+@pytest.mark.parametrize("damage", ["weights", "text"])
+def test_a_bad_entry_is_compiled_again(cache_on: Path, damage: str) -> None:
+    import tessel
+
+    x = np.ones((3, 4), np.float32)
+    want = _run(tessel.compile(STATIC), x)
+    (path,) = cache_on.glob(f"*.{'weights' if damage == 'weights' else 'tsl'}")
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = tessel.compile(STATIC)
+    assert "cache" not in again.phases
+    found = [w for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(found) == 1 and "compiled again" in str(found[0].message), [str(w.message) for w in caught]
+    np.testing.assert_array_equal(_run(again, x), want)
+    assert "cache" in tessel.compile(STATIC).phases  # stored again
+
+
+@needs_opencl
+def test_a_dynamic_models_sizes_are_kept(cache_on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tessel
+    from tessel.targets.opencl import dynamic
+
+    x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+    want = _run(tessel.compile(DYNAMIC), x)  # size 5 compiled at its first run, then kept
+
+    def no_compiling(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a size in the cache was compiled again")
+
+    monkeypatch.setattr(dynamic, "compile_size", no_compiling)
+    again = tessel.compile(DYNAMIC)
+    assert "cache" in again.phases
+    np.testing.assert_array_equal(_run(again, x), want)
+    with pytest.raises(AssertionError, match="compiled again"):
+        _run(again, x[:2])  # a size never met is compiled
+
+
+def test_models_with_external_weights_are_not_cached() -> None:
+    assert compiled.model_key(b"\x08\x07...location\x12weights.bin", False, {}, "info") is None
+    assert compiled.model_key(b'module { } {-# resources: { w: "sha256:00:external:w.bin:0:4" } #-}', True,
+                              {}, "info") is None
+    key = compiled.model_key(b"\x08\x07 model bytes", False, {"opt_level": 2}, "info")
+    assert key is not None and key != compiled.model_key(b"\x08\x07 model bytes", False, {"opt_level": 1},
+                                                         "info")
+
+
+def test_the_folder_is_trimmed_least_recently_used_first(tmp_path: Path) -> None:
+    for i, name in enumerate(["old", "mid", "new"]):
+        for ext, size in ((".tsl", 1 << 19), (".weights", 1 << 19)):
+            path = tmp_path / f"{name}{ext}"
+            path.write_bytes(b"x" * size)
+            os.utime(path, (1000 + i, 1000 + i))
+    compiled.trim(str(tmp_path), limit_mb=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid.tsl", "mid.weights", "new.tsl", "new.weights"]
+    compiled.trim(str(tmp_path), limit_mb=0.5)
+    assert list(tmp_path.iterdir()) == []
