@@ -403,6 +403,7 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
         from .targets.opencl import compiled as compiled_cache
 
         t0 = time.perf_counter()
+        compiled_cache.fold_load_ops(module)  # the packed weights kept as they load (once, here)
         compiled_cache.store(key, module)
         phases["store"] = time.perf_counter() - t0
     compiled = CompiledModel(module, "opencl", cl_device, levels, cache_key=key)

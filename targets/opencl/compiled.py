@@ -169,3 +169,46 @@ def trim(base: str, limit_mb: float | None = None) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
                 total -= size
+
+
+NOT_LOAD_TIME = frozenset({"const", "cl.launch", "cl.program", "buf.alloc", "buf.view", "return"})
+"""Ops of a lowered func that are not load-time computations on constants."""
+
+
+def fold_load_ops(module: Module) -> int:
+    """Evaluate the load-time ops of `module`'s lowered funcs (a `pack` or `winograd_filter` of a weight,
+    which Executable would compute with numpy at every load) into constants, dropping the weights only
+    they read: a module read from the cache then loads its packed weights as they are (vgg19's FC weights
+    took 3.4 s of packing a load). An op whose result is larger than twice its operands plus 1 MiB (a
+    broadcast, say) stays, so an entry does not grow past its weights. Returns how many ops it folded."""
+    from ...passes.common import const_array, const_op, evaluate, make_const_attr
+    from .dynamic import SPECIALIZE
+
+    folded = 0
+    for func in module.funcs:
+        if SPECIALIZE in func.attrs:  # not lowered: a dynamic func, or a host plan's, compiled per size
+            continue
+        block = func.block
+        for op in list(block.ops):
+            if op.name in NOT_LOAD_TIME or op.regions or not op.results or \
+                    not all(t.is_static for t in (*op.operand_types, *op.result_types)):
+                continue
+            arrays = [const_array(v, module) for v in op.operands]
+            if any(a is None for a in arrays):
+                continue
+            size = sum(r.type.nbytes for r in op.results)
+            if size > 2 * sum(v.type.nbytes for v in op.operands) + (1 << 20):
+                continue
+            outs = evaluate(op, arrays, module)  # type: ignore[arg-type]
+            for r, a in zip(op.results, outs, strict=True):
+                c = const_op(op.loc, make_const_attr(a, r.type, module, "loaded"))
+                block.insert_before(op, c)
+                r.replace_all_uses_with(c.results[0])
+            inputs = [v.op for v in op.operands]
+            op.erase()
+            for producer in inputs:
+                if producer is not None and producer.parent is block and \
+                        not any(r.uses for r in producer.results):
+                    producer.erase()
+            folded += 1
+    return folded

@@ -190,6 +190,7 @@ class DynamicExecutable:
                 return m, f
         m, f = compile_size(self.module, self.func, shapes, self.info)
         if key is not None:
+            compiled.fold_load_ops(m)
             compiled.store(key, m)
         return m, f
 

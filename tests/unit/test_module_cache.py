@@ -20,13 +20,13 @@ from tessel.targets.opencl.device import opencl_available
 NO_OPENCL = opencl_available()
 needs_opencl = pytest.mark.skipif(NO_OPENCL is not None, reason=str(NO_OPENCL))
 
-W = np.arange(16, dtype=np.float32).reshape(4, 4) / 7
+W = (np.arange(256, dtype=np.float32).reshape(16, 16) % 11 - 5) / 7
 STATIC = """module @m {
-func @main(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
-  %w = const {value = dense_resource<w> : tensor<4x4xf32>} : () -> tensor<4x4xf32>
-  %0 = matmul %x, %w : (tensor<3x4xf32>, tensor<4x4xf32>) -> tensor<3x4xf32>
-  %1 = relu %0 : (tensor<3x4xf32>) -> tensor<3x4xf32>
-  return %1 : tensor<3x4xf32>
+func @main(%x: tensor<3x16xf32>) -> tensor<3x16xf32> {
+  %w = const {value = dense_resource<w> : tensor<16x16xf32>} : () -> tensor<16x16xf32>
+  %0 = matmul %x, %w : (tensor<3x16xf32>, tensor<16x16xf32>) -> tensor<3x16xf32>
+  %1 = relu %0 : (tensor<3x16xf32>) -> tensor<3x16xf32>
+  return %1 : tensor<3x16xf32>
 }
 }
 {-#
@@ -36,7 +36,22 @@ func @main(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 #-}
 """.replace("DIGEST", hashlib.sha256(W.tobytes()).hexdigest()).replace(
     "PAYLOAD", base64.b64encode(W.tobytes()).decode())
-DYNAMIC = STATIC.replace("tensor<3x4xf32>", "tensor<?x4xf32>")
+DYNAMIC = STATIC.replace("tensor<3x16xf32>", "tensor<?x16xf32>")
+K = (np.arange(16 * 9 * 9, dtype=np.float32).reshape(16, 9, 3, 3) % 13 - 6) / 10
+CONV = """module @c {
+func @main(%x: tensor<1x9x8x8xf32>) -> tensor<1x16x8x8xf32> {
+  %w = const {value = dense_resource<w> : tensor<16x9x3x3xf32>} : () -> tensor<16x9x3x3xf32>
+%0 = conv2d %x, %w {pads = [1, 1, 1, 1]} : (tensor<1x9x8x8xf32>, tensor<16x9x3x3xf32>) -> tensor<1x16x8x8xf32>
+  return %0 : tensor<1x16x8x8xf32>
+}
+}
+{-#
+  resources: {
+    w: "sha256:DIGEST:base64:PAYLOAD"
+  }
+#-}
+""".replace("DIGEST", hashlib.sha256(K.tobytes()).hexdigest()).replace(
+    "PAYLOAD", base64.b64encode(K.tobytes()).decode())
 
 
 @pytest.fixture
@@ -56,14 +71,14 @@ def _run(model: object, x: np.ndarray) -> np.ndarray:
 def test_a_second_compile_loads_the_module(cache_on: Path) -> None:
     import tessel
 
-    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
     first = tessel.compile(STATIC)
     assert "cache" not in first.phases and {"import", "opt", "codegen", "store"} <= set(first.phases)
     assert len(list(cache_on.glob("*.tsl"))) == 1 and len(list(cache_on.glob("*.weights"))) == 1
     again = tessel.compile(STATIC)
     assert set(again.phases) == {"cache"}
     np.testing.assert_array_equal(_run(again, x), _run(first, x))
-    np.testing.assert_allclose(_run(again, x), np.maximum(x @ W, 0), rtol=1e-6)
+    np.testing.assert_allclose(_run(again, x), np.maximum(x @ W, 0), rtol=1e-5, atol=1e-6)
     # the levels before the target's are made again when asked for
     assert "imported" in again.modules and again.modules["imported"].attrs.get("target") != "opencl"
     assert set(again.modules) == {"imported", "optimized", "target"}
@@ -88,7 +103,7 @@ def test_what_the_module_depends_on_is_in_the_key(cache_on: Path, monkeypatch: p
 def test_a_bad_entry_is_compiled_again(cache_on: Path, damage: str) -> None:
     import tessel
 
-    x = np.ones((3, 4), np.float32)
+    x = np.ones((3, 16), np.float32)
     want = _run(tessel.compile(STATIC), x)
     (path,) = cache_on.glob(f"*.{'weights' if damage == 'weights' else 'tsl'}")
     data = bytearray(path.read_bytes())
@@ -109,7 +124,7 @@ def test_a_dynamic_models_sizes_are_kept(cache_on: Path, monkeypatch: pytest.Mon
     import tessel
     from tessel.targets.opencl import dynamic
 
-    x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+    x = np.linspace(-1, 1, 80, dtype=np.float32).reshape(5, 16)
     want = _run(tessel.compile(DYNAMIC), x)  # size 5 compiled at its first run, then kept
 
     def no_compiling(*args: object, **kwargs: object) -> None:
@@ -121,6 +136,27 @@ def test_a_dynamic_models_sizes_are_kept(cache_on: Path, monkeypatch: pytest.Mon
     np.testing.assert_array_equal(_run(again, x), want)
     with pytest.raises(AssertionError, match="compiled again"):
         _run(again, x[:2])  # a size never met is compiled
+
+
+@needs_opencl
+def test_the_weights_are_kept_packed(cache_on: Path) -> None:
+    """What the lowering packs at load time (a conv's weights) is stored packed: the module read from the
+    cache has no load-time op left, and runs as the one compiled."""
+    import tessel
+
+    def load_time_ops(model: object) -> list[str]:
+        func = model.module.funcs[0]  # type: ignore[attr-defined]
+        return [op.name for op in func.block.ops if op.name not in compiled.NOT_LOAD_TIME]
+
+    x = np.linspace(-1, 1, 9 * 64, dtype=np.float32).reshape(1, 9, 8, 8)
+    plain = tessel.compile(CONV, cache=False)
+    assert load_time_ops(plain)  # what there was to fold
+    first = tessel.compile(CONV)
+    again = tessel.compile(CONV)
+    assert "cache" in again.phases and load_time_ops(first) == load_time_ops(again) == []
+    want = _run(plain, x)
+    np.testing.assert_array_equal(_run(first, x), want)
+    np.testing.assert_array_equal(_run(again, x), want)
 
 
 def test_models_with_external_weights_are_not_cached() -> None:
