@@ -334,15 +334,15 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
         raise InvalidArgument(f"unknown target '{target}' (expected {' or '.join(TARGETS)})")
     if opt_level not in (0, 1, 2, 3):
         raise InvalidArgument(f"opt_level must be 0 to 3, got {opt_level}")
-    source = None if isinstance(model, Module) else model_bytes(model)
+    source = None if isinstance(model, Module) else _Source(model)
     if target == "opencl" and cache and source is not None:
+        t0 = time.perf_counter()
         key, cl_device, info = _cache_key(source, device, opt_level, tuning_records, input_shapes,
                                           weight_precision, shape_hints)
         from .targets.opencl import compiled as compiled_cache
 
-        t0 = time.perf_counter()
         if key is not None and (hit := compiled_cache.load(key)) is not None:
-            lazy = _Levels(hit, lambda: _front(source, input_shapes, opt_level, weight_precision))
+            lazy = _Levels(hit, lambda: _front(source.get(), input_shapes, opt_level, weight_precision))
             read = time.perf_counter() - t0
             compiled = CompiledModel(hit, "opencl", cl_device, lazy, cache_key=key)
             compiled.phases = {"cache": read}
@@ -350,7 +350,7 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     else:
         key, cl_device, info = None, None, None
     t0 = time.perf_counter()
-    module = import_bytes(*source, input_shapes) if source is not None else model
+    module = import_bytes(*source.get(), input_shapes) if source is not None else model
     if module.attrs.get("target") == "opencl":  # already compiled: load it
         return load(module, device)
     phases = {"import": time.perf_counter() - t0}
@@ -412,15 +412,36 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     return compiled
 
 
-def _cache_key(source: tuple[bytes, str], device: str | None, opt_level: int, tuning_records: str | None,
+class _Source:
+    """A model given by path, bytes, text or ModelProto: its bytes read (`get`) only when needed, so that a
+    compile the cache answers by the file's path and stat never reads a large model."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.path = Path(model) if isinstance(model, (str, Path)) and \
+            not str(model).lstrip().startswith(("module", "func")) else None
+        self._got: tuple[bytes, str] | None = None
+
+    @property
+    def filename(self) -> str:
+        return str(self.path) if self.path is not None else self.get()[1]
+
+    def get(self) -> tuple[bytes, str]:
+        if self._got is None:
+            self._got = model_bytes(self.model)
+        return self._got
+
+
+def _cache_key(source: _Source, device: str | None, opt_level: int, tuning_records: str | None,
                input_shapes: Any, weight_precision: str, shape_hints: Any) -> tuple[str | None, Any, Any]:
     """(the compiled-module cache's key for this compile, the OpenCL device, its DeviceInfo); the key is
     None when the model cannot be cached, or when no device is at hand (the compile then reports that
-    where it always has, after the import)."""
+    where it always has, after the import). A model file met before with the same path and stat gives its
+    key without being read (`compiled.path_key`)."""
+    from .targets.opencl import compiled as compiled_cache
     from .targets.opencl import device as dev
     from .targets.opencl.profile import compile_info
 
-    data, filename = source
     try:
         cl_device = dev.pick_device(device)
     except (DiagnosticError, RuntimeError, ValueError):
@@ -432,13 +453,17 @@ def _cache_key(source: tuple[bytes, str], device: str | None, opt_level: int, tu
             records = Path(tuning_records).read_bytes()
         except OSError:
             return None, cl_device, info  # the compile reports it
-    text = is_tsl(data, filename)
     options = {"opt_level": opt_level, "weights": weight_precision, "input_shapes": input_shapes,
                "shape_hints": shape_hints, "records": hashlib.sha256(records).hexdigest(),
-               "name": Path(filename).name}
-    from .targets.opencl import compiled as compiled_cache
-
-    return compiled_cache.model_key(data, text, options, info), cl_device, info
+               "name": Path(source.filename).name}
+    by_path = compiled_cache.path_key(source.path, options, info) if source.path is not None else None
+    if by_path is not None and (key := compiled_cache.remembered(by_path)) is not None:
+        return key, cl_device, info
+    data, filename = source.get()
+    key = compiled_cache.model_key(data, is_tsl(data, filename), options, info)
+    if by_path is not None and key is not None:
+        compiled_cache.remember(by_path, key)
+    return key, cl_device, info
 
 
 def _front(source: tuple[bytes, str], input_shapes: Any, opt_level: int, weight_precision: str,

@@ -68,13 +68,20 @@ def child(name: str, repeat: int) -> dict:
     from tessel.targets.opencl import profile, runtime
 
     data, feeds = load(name)
+    # a model file, as users compile one: the wild suite's own, the others written once into the folder
+    # the two runs share (the warm run finds the file it compiled, by its path and stat)
+    path = WILD / "models" / f"{name}.onnx"
+    if not path.exists():
+        path = Path(os.environ["TESSEL_CACHE_DIR"]).parent / f"{name}.onnx"
+        if not path.exists():
+            path.write_bytes(data)
     t = {}
     t0 = time.perf_counter()
     profile.peaks_for(dev.pick_device(None))  # the device's first use: calibrated once a machine
     t["calibrate"] = time.perf_counter() - t0
     mark = runtime.BUILD_LOG.mark()
     t0 = time.perf_counter()
-    compiled = tessel.compile(data)  # as a user calls it: the compiled-module cache holds it when warm
+    compiled = tessel.compile(path)  # as a user calls it: the compiled-module cache holds it when warm
     total = time.perf_counter() - t0
     for phase in ("cache", "import", "opt", "codegen", "store"):
         t[phase] = compiled.phases.get(phase, 0.0)

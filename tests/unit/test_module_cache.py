@@ -159,6 +159,35 @@ def test_the_weights_are_kept_packed(cache_on: Path) -> None:
     np.testing.assert_array_equal(_run(again, x), want)
 
 
+@needs_opencl
+def test_a_model_file_met_before_is_not_read(cache_on: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model given by path is found by its path and stat the second time, without reading it; the file
+    rewritten is read (and compiled) again."""
+    import tessel
+    from tessel import api
+
+    path = tmp_path / "m.tsl"
+    path.write_text(STATIC)
+    tessel.compile(path)
+    read = api.model_bytes
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model file was read")
+
+    monkeypatch.setattr(api, "model_bytes", no_reading)
+    assert "cache" in tessel.compile(path).phases
+    path.write_text(STATIC.replace("relu", "sigmoid"))
+    os.utime(path, ns=(1, 1))  # another stat, however coarse the clock
+    with pytest.raises(AssertionError, match="was read"):
+        tessel.compile(path)
+    monkeypatch.setattr(api, "model_bytes", read)
+    again = tessel.compile(path)
+    assert "cache" not in again.phases
+    x = np.ones((3, 16), np.float32)
+    np.testing.assert_allclose(_run(again, x), 1 / (1 + np.exp(-(x @ W))), rtol=1e-5)
+
+
 def test_models_with_external_weights_are_not_cached() -> None:
     assert compiled.model_key(b"\x08\x07...location\x12weights.bin", False, {}, "info") is None
     assert compiled.model_key(b'module { } {-# resources: { w: "sha256:00:external:w.bin:0:4" } #-}', True,
