@@ -159,13 +159,21 @@ def replace_atomically(path: str, chunks: Sequence[bytes | memoryview]) -> None:
     """Write `chunks` to a temporary file of a unique name beside `path`, then rename it over `path`: a
     reader sees the old file or the new one, never half of one, and two writers never share a temporary
     file (the last rename wins). Raises OSError, leaving nothing behind."""
+    with atomic_file(path) as f:
+        for chunk in chunks:
+            f.write(chunk)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[Any]:
+    """A binary file to write `path` through: a temporary file of a unique name beside it, renamed over
+    `path` when the block ends, removed when it raises (as `replace_atomically`)."""
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
                        f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+            yield f
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

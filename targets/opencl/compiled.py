@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ir.core import Module
-from .cache import discard, read_entry, replace_atomically, write_entry
+from .cache import atomic_file, discard, read_entry, write_entry
 
 FORMAT = "module/1"
 """Part of every key: a change to how entries are stored gives new keys, not bad entries."""
@@ -162,9 +162,8 @@ def store(key: str, module: Module) -> bool:
     text = io.StringIO()
     try:
         os.makedirs(base, exist_ok=True)
-        side = io.BytesIO()
-        print_module(module, text, external=(side, weights))
-        replace_atomically(os.path.join(base, weights), [side.getbuffer()])
+        with atomic_file(os.path.join(base, weights)) as side:  # straight to disk: no copy in memory
+            print_module(module, text, external=(side, weights))
     except OSError:
         return False
     if not write_entry(os.path.join(base, key + ".tsl"), text.getvalue().encode("utf-8")):
@@ -216,7 +215,7 @@ def fold_load_ops(module: Module) -> int:
     took 3.4 s of packing a load). An op whose result is larger than GROWTH times its operands plus 1 MiB
     (a broadcast, say) stays, so an entry does not grow far past its weights. Returns how many ops it
     folded."""
-    from ...passes.common import const_array, const_op, evaluate, make_const_attr
+    from ...passes.common import const_array, const_op, evaluate
     from .dynamic import SPECIALIZE
 
     folded = 0
@@ -236,7 +235,7 @@ def fold_load_ops(module: Module) -> int:
                 continue
             outs = evaluate(op, arrays, module)  # type: ignore[arg-type]
             for r, a in zip(op.results, outs, strict=True):
-                c = const_op(op.loc, make_const_attr(a, r.type, module, "loaded"))
+                c = const_op(op.loc, _constant(a, r.type, module, f"loaded.{folded}"))
                 block.insert_before(op, c)
                 r.replace_all_uses_with(c.results[0])
             inputs = [v.op for v in op.operands]
@@ -247,3 +246,17 @@ def fold_load_ops(module: Module) -> int:
                     producer.erase()
             folded += 1
     return folded
+
+
+def _constant(a: Any, t: Any, module: Module, name: str) -> Any:
+    """The attribute of a folded constant: inline when small (as make_const_attr makes it), else a
+    resource over the array's own bytes (no copy; hashed once, by the resource)."""
+    import numpy as np
+
+    from ...ir.attributes import LITERAL_LIMIT, ResourceAttr
+    from ...passes.common import make_const_attr
+
+    arr = np.ascontiguousarray(np.asarray(a).astype(t.np_dtype, copy=False))
+    if arr.size <= LITERAL_LIMIT or arr.dtype.byteorder == ">":
+        return make_const_attr(arr, t, module, name)
+    return ResourceAttr(module.resources.add(name, memoryview(arr).cast("B")), t)
