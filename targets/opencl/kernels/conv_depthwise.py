@@ -47,26 +47,44 @@ def depthwise_source(geo: Geometry, width: int, th: int, tw: int, hp: int, wp: i
         value = lanes[0] if width == 1 else f"({vt})({', '.join(lanes)})"
         lines.append(f"    const {vt} sc = {value};")
         factor = " * sc"
-    lines += [f"    const {vt} w{t} = {'wp[' + str(t) + ']' if width == 1 else f'vload{width}({t}, wp)'}"
-              f"{factor};" for t in range(taps)]
     accs = [f"acc{i}" for i in range(th * tw)]
+    rolled = geo.kh > 1 and th * tw * taps > UNROLLED_FMAS
+    weight = (lambda t: f"wp[{t}]") if width == 1 else (lambda t: f"vload{width}({t}, wp)")
+    if not rolled:
+        lines += [f"    const {vt} w{t} = {weight(t)}{factor};" for t in range(taps)]
     lines.append(f"    {vt} {', '.join(f'{a} = 0.0f' for a in accs)};")
-    # group the (pixel, tap) pairs by the input vector they read
+    # group the (pixel, tap) pairs by the input vector they read (of a row of taps when rolled)
     reads: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i in range(th * tw):
         y, x = divmod(i, tw)
-        for kh in range(geo.kh):
+        for kh in range(1 if rolled else geo.kh):
             for kw in range(geo.kw):
                 at = (y * geo.sh + kh * geo.dh, x * geo.sw + kw * geo.dw)
                 reads.setdefault(at, []).append((i, kh * geo.kw + kw))
+    ind = "    "
+    if rolled:  # one row of taps an iteration, its KW weight vectors loaded there
+        lines.append("    #pragma unroll 1")
+        lines.append(f"    for (int ky = 0; ky < {geo.kh}; ++ky, xb += {geo.dh * wp * width}, "
+                     f"wp += {geo.kw * width}) {{")
+        lines += [f"        const {vt} w{t} = {weight(t)}{factor};" for t in range(geo.kw)]
+        ind = "        "
     for (row, col), uses in sorted(reads.items()):
-        lines.append("    {")
-        lines.append(f"        const {vt} v = {load((row * wp + col) * width)};")
-        lines += [f"        acc{i} = fma(v, w{t}, acc{i});" for i, t in uses]
+        lines.append(f"{ind}{{")
+        lines.append(f"{ind}    const {vt} v = {load((row * wp + col) * width)};")
+        lines += [f"{ind}    acc{i} = fma(v, w{t}, acc{i});" for i, t in uses]
+        lines.append(f"{ind}}}")
+    if rolled:
         lines.append("    }")
     lines += store_pixels(geo, th, tw, width, accs, has_bias, epilogue)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+UNROLLED_FMAS = 200
+"""Past this many (pixel, tap) FMAs a tile's taps are not all unrolled: a loop over the kernel's rows
+runs one row of taps an iteration (its KW weight vectors loaded there). PoCL's compile time grows with the
+unrolled body: EfficientNet-B0's 5x5 convs with 18-pixel tiles (450 FMAs, 25 weight vectors and 18
+accumulators: past the 32 registers) took 2-4 s each at their first launch."""
 
 
 @dataclass(frozen=True)
