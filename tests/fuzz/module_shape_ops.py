@@ -262,6 +262,19 @@ def attention(b: ModuleBuilder, name: str) -> Any:
     return b.one(name, ops, {"scale": 1 / math.sqrt(dh), "safe": b.choice([None, True])})
 
 
+@maker("dynamic_quantize")
+def dynamic_quantize(b: ModuleBuilder, name: str) -> Any:
+    """dynamic_quantize -> dequantize: x through ui8 over its own range, and back."""
+    x = b.pick(lambda v: v.type.dtype == "f32" and v.type.numel > 1, exact=True)
+    if x is None:
+        return None
+    x = b.one("clip", [x], {"min": -2.0, "max": 2.0}, exact=True)
+    got = b.op(name, [x]) if x is not None else None
+    if not got:
+        return None
+    return b.one("dequantize", list(got), scale=3.0)
+
+
 @maker("quantize", "dequantize")
 def qdq(b: ModuleBuilder, name: str) -> Any:
     """quantize -> dequantize (round trips through i8/u8), now and then around a conv2d or matmul with
