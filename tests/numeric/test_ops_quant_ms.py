@@ -131,3 +131,53 @@ def test_qgemm(trans_b: int, quantized_out: bool) -> None:
         (want,) = run_onnxruntime(model, feeds)
         (got,) = run_tessel(model, feeds)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def _float_check(model: object, feeds: dict[str, np.ndarray]) -> None:
+    """Float results as onnxruntime's, from the numpy reference and (with a device) compiled for OpenCL."""
+    import tessel
+    from tessel.targets.opencl.device import opencl_available
+
+    (want,) = run_onnxruntime(model, feeds)
+    runs = [run_tessel(model, feeds)[0]]
+    if opencl_available() is None:
+        runs.append(tessel.compile(model.SerializeToString()).run(None, feeds)[0])  # type: ignore[attr-defined]
+    for got in runs:
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("per_column, bias, b_type", [
+    (False, False, np.int8), (True, True, np.int8), (False, True, np.uint8)])
+def test_matmul_integer_to_float(per_column: bool, bias: bool, b_type: type) -> None:
+    """onnxruntime's MatMulIntegerToFloat: the integer matmul times a_scale * b_scale (per tensor or per
+    column), plus the bias."""
+    n = 12
+    inits = {"B": rng.integers(-100, 100, (32, n)).astype(b_type) if b_type is np.int8
+             else rng.integers(0, 256, (32, n)).astype(np.uint8),
+             "as": np.array(0.0213, np.float32), "az": np.array(120, np.uint8),
+             "bs": (rng.uniform(0.01, 0.03, n) if per_column else np.array(0.0297)).astype(np.float32),
+             "bz": np.array(0 if b_type is np.int8 else 131, b_type)}
+    names = ["A", "B", "as", "bs", "az", "bz"]
+    if bias:
+        inits["bias"] = rng.standard_normal(n).astype(np.float32)
+        names.append("bias")
+    node = helper.make_node("MatMulIntegerToFloat", names, ["y"], domain=MS)
+    feeds = {"A": _u8(2, 5, 32)}
+    _float_check(_model(node, feeds, inits, [2, 5, n], TensorProto.FLOAT), feeds)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_dynamic_quantize_matmul(bias: bool) -> None:
+    """onnxruntime's DynamicQuantizeMatMul: A quantized over its own range, then the integer matmul scaled
+    back to float."""
+    n = 16
+    inits = {"B": rng.integers(-100, 100, (48, n)).astype(np.int8), "bs": np.array(0.0117, np.float32),
+             "bz": np.array(0, np.int8)}
+    names = ["A", "B", "bs", "bz"]
+    if bias:
+        inits["bias"] = rng.standard_normal(n).astype(np.float32)
+        names.append("bias")
+    node = helper.make_node("DynamicQuantizeMatMul", names, ["y"], domain=MS)
+    feeds = {"A": rng.standard_normal((3, 7, 48)).astype(np.float32)}
+    _float_check(_model(node, feeds, inits, [3, 7, n], TensorProto.FLOAT), feeds)

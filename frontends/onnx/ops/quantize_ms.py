@@ -1,6 +1,8 @@
 """Converters for onnxruntime's `com.microsoft` quantized operators, the ones its quantization tool emits
 in QOperator format: QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool,
-QLinearAveragePool, QLinearSoftmax, QLinearSigmoid, QLinearLeakyRelu and QGemm.
+QLinearAveragePool, QLinearSoftmax, QLinearSigmoid, QLinearLeakyRelu and QGemm; and the dynamic ones its
+quantize_dynamic and transformer optimizer make: DynamicQuantizeLSTM, MatMulIntegerToFloat and
+DynamicQuantizeMatMul (integer matmuls scaled back to float).
 
 Each becomes its dequantize -> float op -> quantize form, as the QDQ format writes it: `fuse` makes the
 elementwise ones one kernel reading and writing 8-bit values, and `fold-qdq` turns QGemm into a `qmatmul`,
@@ -137,6 +139,43 @@ def QGemm(b: Builder, A: Tensor, a_scale: Tensor, a_zero_point: Tensor | None, B
     y = b.op("gemm", inputs, {"alpha": float(alpha), "beta": 1.0, "trans_a": bool(transA),
                               "trans_b": bool(transB)})
     return y if y_scale is None else _q(b, y, y_scale, y_zero_point, A)
+
+
+def _integer_to_float(b: Builder, A: Tensor, B: Tensor, a_scale: Tensor, b_scale: Tensor,
+                      a_zero_point: Tensor | None, b_zero_point: Tensor | None,
+                      bias: Tensor | None) -> Tensor:
+    """(A - a_zero_point) @ (B - b_zero_point) as an integer matmul (MatMulInteger's), its i32 result times
+    a_scale * b_scale (a scalar, or one per column of B) in float32, plus the bias: as onnxruntime's
+    MatMulIntegerToFloat and DynamicQuantizeMatMul compute it. The result is in a_scale's float type."""
+    from .linalg import MatMulInteger
+
+    acc = MatMulInteger(b, A, B, a_zero_point, b_zero_point)
+    bs = b.cast(b_scale if b_scale.type.numel > 1 else b.reshape(b_scale, []), "f32")
+    scale = b.op("mul", [b.cast(b.reshape(a_scale, []), "f32"), bs])
+    y = b.op("mul", [b.cast(acc, "f32"), scale])
+    if bias is not None:
+        y = b.op("add", [y, b.cast(bias, "f32")])
+    return b.cast(y, a_scale.dtype)
+
+
+@converter("MatMulIntegerToFloat", domain=MS)
+def MatMulIntegerToFloat(b: Builder, A: Tensor, B: Tensor, a_scale: Tensor, b_scale: Tensor,
+                         a_zero_point: Tensor | None = None, b_zero_point: Tensor | None = None,
+                         bias: Tensor | None = None) -> Tensor:
+    """onnxruntime's fusion of MatMulInteger -> Cast -> Mul (what its transformer optimizer makes of a
+    quantize_dynamic model): an integer matmul scaled back to float."""
+    return _integer_to_float(b, A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+@converter("DynamicQuantizeMatMul", domain=MS)
+def DynamicQuantizeMatMul(b: Builder, A: Tensor, B: Tensor, b_scale: Tensor,
+                          b_zero_point: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+    """onnxruntime's fusion of DynamicQuantizeLinear -> MatMulInteger -> scale: float A quantized to ui8
+    over its own range (`dynamic_quantize`), then MatMulIntegerToFloat's arithmetic."""
+    from .quantize import DynamicQuantizeLinear
+
+    aq, a_scale, a_zp = DynamicQuantizeLinear(b, A)
+    return b.cast(_integer_to_float(b, aq, B, a_scale, b_scale, a_zp, b_zero_point, bias), A.dtype)
 
 
 @converter("DynamicQuantizeLSTM", domain=MS)
