@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 FAMILIES = ("elementwise", "nn", "norm", "resize", "linalg", "tensor", "reduce", "misc", "attention",
-            "quantize", "quantize_ms", "recurrent", "control", "signal", "detection")
+            "quantize", "quantize_ms", "fused_ms", "recurrent", "control", "signal", "detection")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 TRAINING_DOMAIN = "ai.onnx.preview.training"  # Momentum, Adagrad, Adam: pure math, converted like the rest
 

@@ -139,6 +139,30 @@ def test_dynamically_quantized_mlp_matches_onnxruntime(target: str, tmp_path: Pa
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def ort_optimized(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
+    """The model as onnxruntime's graph optimizer saves it (extended level): what a user gets from
+    `SessionOptions.optimized_model_filepath`, with its com.microsoft fusions (DynamicQuantizeMatMul,
+    MatMulIntegerToFloat, SkipLayerNormalization, FusedMatMul, FastGelu)."""
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp / "ort-optimized.onnx")
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnx.load(options.optimized_model_filepath)
+
+
+@pytest.mark.parametrize("target", ["numpy", "opencl"])
+def test_onnxruntime_optimized_dynamic_mlp_matches_onnxruntime(target: str, tmp_path: Path) -> None:
+    """The dynamically quantized MLP as onnxruntime's optimizer saves it: its matmuls are
+    com.microsoft.DynamicQuantizeMatMul, which tessel imports as dynamic_quantize and an integer matmul."""
+    if target == "opencl" and not _opencl():
+        pytest.skip("no OpenCL device")
+    model = quantize(float_mlp(), "dynamic", tmp_path, MLP_INPUT)
+    fused = ort_optimized(model, tmp_path)
+    assert "DynamicQuantizeMatMul" in {n.op_type for n in fused.graph.node}
+    x = np.random.default_rng(3).standard_normal(MLP_INPUT).astype(np.float32)
+    np.testing.assert_allclose(_run(fused, x, target), _ort(model, x), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("target", ["numpy", "opencl"])
 def test_dynamically_quantized_lstm_matches_onnxruntime(target: str, tmp_path: Path) -> None:
     """quantize_dynamic turns the LSTM into com.microsoft's DynamicQuantizeLSTM (int8 W and R): tessel
@@ -265,4 +289,10 @@ def test_quantized_zoo_model_matches_onnxruntime(name: str, tmp_path: Path) -> N
         assert np.argmax(got.reshape(len(got), -1)[0]) == np.argmax(want.reshape(len(want), -1)[0])
     else:
         spread = float(np.abs(want).max()) or 1.0
+        assert np.abs(got.astype(np.float64) - want).max() <= 0.01 * spread
+    if not static:  # as onnxruntime's optimizer saves it, with its com.microsoft fusions: the same result
+        fused = ort_optimized(qmodel, tmp_path)
+        rep = TesselBackend.prepare(fused, "CPU", target="opencl", pipeline="-O2",
+                                    filename=f"{name}.ort.onnx")
+        got = np.asarray(rep.run([feeds[n] for n in names])[0])
         assert np.abs(got.astype(np.float64) - want).max() <= 0.01 * spread
