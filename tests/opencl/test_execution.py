@@ -161,6 +161,8 @@ def test_auto_prepares_in_a_child_process_then_compares_over_the_runs(
         exe.run(x)
     assert exe._preparing == "running" and exe.waiting_note() == (
         "auto: the other ways are being built in the background")
+    handed = Path(exe._preparer.path).read_text()  # the module without its weights: the child uses zeros
+    assert ":elided" in handed and ":base64:" not in handed
     mark = runtime.BUILD_LOG.mark()
     exe._preparer.proc.wait(timeout=300)
     runs = 0
