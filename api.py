@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +76,8 @@ def model_bytes(model: Any, filename: str | None = None) -> tuple[bytes, str]:
     """(the bytes, a file name for messages) of `model`: an ONNX file path, `onnx.ModelProto`, ONNX bytes,
     or a `.tsl` path or text."""
     data: bytes
-    if isinstance(model, (str, Path)) and not str(model).lstrip().startswith(("module", "func")):
-        path = Path(model)
+    path = model_path(model)
+    if path is not None:
         try:
             data = path.read_bytes()
         except OSError as e:
@@ -94,6 +94,13 @@ def model_bytes(model: Any, filename: str | None = None) -> tuple[bytes, str]:
                             f"{type(model).__name__}")
         data, filename = serialize(), filename or "<onnx.ModelProto>"
     return data, filename
+
+
+def model_path(model: Any) -> Path | None:
+    """The file `model` names: a path, or a string that is not IR text; None for anything else."""
+    if isinstance(model, (str, Path)) and not str(model).lstrip().startswith(("module", "func")):
+        return Path(model)
+    return None
 
 
 def import_bytes(data: bytes, filename: str,
@@ -170,10 +177,11 @@ class CompiledModel:
     `get_outputs`) plus `profile`, the IR it went through (`modules`), and `save`."""
 
     def __init__(self, module: Module, target: str, device: Any = None,
-                 modules: dict[str, Module] | None = None, cache_key: str | None = None):
+                 modules: Mapping[str, Module] | None = None, cache_key: str | None = None):
         self.module = module
         self.target = target
-        self.modules = modules if isinstance(modules, _Levels) else dict(modules or {"target": module})
+        self.modules: Mapping[str, Module] = modules if isinstance(modules, _Levels) else \
+            dict(modules or {"target": module})
         """The IR at each level it went through: 'imported', 'optimized', 'target' (OpenCL)."""
         self.func: Func = module.func("main") or module.funcs[0]
         from .ir.interpreter import output_names
@@ -418,8 +426,7 @@ class _Source:
 
     def __init__(self, model: Any):
         self.model = model
-        self.path = Path(model) if isinstance(model, (str, Path)) and \
-            not str(model).lstrip().startswith(("module", "func")) else None
+        self.path = model_path(model)
         self._got: tuple[bytes, str] | None = None
 
     @property
@@ -475,45 +482,29 @@ def _front(source: tuple[bytes, str], input_shapes: Any, opt_level: int, weight_
     return levels
 
 
-class _Levels(dict):
+class _Levels(Mapping[str, Module]):
     """`CompiledModel.modules` of a model loaded from the compiled-module cache: 'target' at hand, the
-    'imported' and 'optimized' levels made again (import and optimize) the first time one is asked for."""
+    'imported' and 'optimized' levels made again (import and optimize) the first time any other level is
+    asked for, or the levels are listed."""
 
     def __init__(self, target: Module, front: Any):
-        super().__init__(target=target)
+        self._levels = {"target": target}
         self._front = front
 
-    def _fill(self) -> None:
+    def _all(self) -> dict[str, Module]:
         if self._front is not None:
             front, self._front = self._front, None
-            self.update(front())
+            self._levels.update(front())
+        return self._levels
 
-    def __missing__(self, key: str) -> Module:
-        self._fill()
-        return dict.__getitem__(self, key)
+    def __getitem__(self, key: str) -> Module:
+        return self._levels["target"] if key == "target" else self._all()[key]
 
-    def __contains__(self, key: object) -> bool:
-        return key in ("imported", "optimized", "target") or dict.__contains__(self, key)
-
-    def keys(self) -> Any:
-        self._fill()
-        return dict.keys(self)
-
-    def items(self) -> Any:
-        self._fill()
-        return dict.items(self)
-
-    def values(self) -> Any:
-        self._fill()
-        return dict.values(self)
-
-    def __iter__(self) -> Any:
-        self._fill()
-        return dict.__iter__(self)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
 
     def __len__(self) -> int:
-        self._fill()
-        return dict.__len__(self)
+        return len(self._all())
 
 
 def load(path: Any, device: str | None = None) -> CompiledModel:
