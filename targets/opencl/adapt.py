@@ -11,8 +11,11 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +71,60 @@ class Choice:
 LAUNCH_US = 10.0
 """What the pool's dispatch of a launch costs (µs) where the device was never calibrated: the saving per
 launch and run `auto` weighs the alternatives' build against (the calibration's `launch_us` otherwise)."""
+
+
+LOADING_SWITCH_SECONDS = 1e-4
+"""The interpreter's thread switch interval while a loading thread runs (`_switching`): at the default 5 ms,
+a run that wanted the GIL back after a launch waited up to 5 ms while the thread ran Python (a tiny model's
+runs: 50x their median)."""
+_LOADING: list[float] = []  # the switch interval to restore, while any loading thread runs
+_LOADING_LOCK = threading.Lock()
+
+
+def _switching(delta: int) -> None:
+    """Count a loading thread in (+1) or out (-1): while any runs, the interpreter switches threads every
+    LOADING_SWITCH_SECONDS; the interval it had is restored when the last one ends."""
+    with _LOADING_LOCK:
+        if delta > 0:
+            if not _LOADING:
+                _LOADING.append(sys.getswitchinterval())
+                sys.setswitchinterval(min(LOADING_SWITCH_SECONDS, _LOADING[0]))
+            _LOADING.append(0.0)
+        else:
+            _LOADING.pop()
+            if len(_LOADING) == 1:
+                sys.setswitchinterval(_LOADING.pop())
+
+
+def _lowest_priority() -> None:
+    """Run the calling thread only on a core nothing else wants (Linux: SCHED_IDLE applies to the one
+    thread): beside the pool's threads, a loading thread at normal priority took a core from a run's
+    kernels (a tiny model's runs: 8-80x their median while it loaded)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+
+
+_LOADER: list[ThreadPoolExecutor] = []
+
+
+def _loading_thread() -> ThreadPoolExecutor:
+    """The process's one thread loading `auto`'s other ways (`_start_loading`), at the lowest priority;
+    started at the first load that may need it, since starting a thread in a run took 0.5 ms (waiting for
+    it to be scheduled beside the pool's). Its executor's exit hook lets a load in progress finish before
+    the interpreter ends (stopped inside the driver's build, the process aborted in its C++ destructors)."""
+    if not _LOADER:
+        _LOADER.append(ThreadPoolExecutor(1, thread_name_prefix="tessel-load", initializer=_lowest_priority))
+        _LOADER[0].submit(lambda: None)  # its thread starts now
+    return _LOADER[0]
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it starts its own
+    os.register_at_fork(after_in_child=_LOADER.clear)
 
 
 @dataclass
@@ -145,7 +202,9 @@ class Adaptive:
     _compare_again_at: float
     _live: list[int]
     _trial: Trial | None
-    _preparing: str
+    _preparing: str  # "", "running" (the child), "ready", "loading" (the thread), "loaded" or "failed: why"
+    _loader: Any  # the loading thread (_start_loading)
+    _loaded: str  # what it ended with: "loaded" or the error
     _preparer: Any
     _estimate: tuple[float, float] | None
     _pool_seconds: float
@@ -340,10 +399,22 @@ class Adaptive:
               and not self.adapt_note and self._trial is None):
             if self._preparing == "running":
                 self._poll_preparing()
-            if self._preparing == "ready":
-                self._trial = self._new_trial()
             elif not self._preparing and self._worth_preparing():
-                self._start_preparing()
+                if self._estimate is not None and self._estimate[0] == 0.0:
+                    # every way was built on this machine before: the caches hold their programs and
+                    # compiled kernels, so no child is needed (starting one stalled a tiny model's runs
+                    # 25-60x its median: its interpreter's start beside the pool's threads)
+                    self._preparing = "ready"
+                else:
+                    self._start_preparing()
+            if self._preparing == "ready":
+                self._start_loading()
+            if self._preparing == "loading" and self._loader.done():
+                self._preparing = self._loaded
+                if self._preparing != "loaded":
+                    self.adapt_note = f"pool: loading the other ways failed ({self._preparing})"
+            if self._preparing == "loaded":
+                self._trial = self._new_trial()
 
     def waiting_note(self) -> str:
         """Why `auto` runs on the pool and has not chosen yet ("" once it has, or where it never chooses):
@@ -353,8 +424,12 @@ class Adaptive:
         if self._trial is not None:
             return (f"auto: comparing the ways over the runs, {self._trial.at} of {len(self._trial.order)} "
                     "runs done")
+        if self._runs < ADAPT_AFTER:
+            return f"auto: on the pool for its first {ADAPT_AFTER} runs"
         if self._preparing == "running":
             return "auto: the other ways are being built in the background"
+        if self._preparing in ("ready", "loading"):
+            return "auto: the other ways are being loaded in the background"
         if self._estimate is not None:
             cost, saving = self._estimate
             return (f"auto: building the other ways (~{cost:.1f} s) does not pay yet: {self._runs} runs, "
@@ -384,6 +459,19 @@ class Adaptive:
         except Exception:  # noqa: BLE001 - a missing or odd store: the default
             pass
         return cost, len(self._live) * launch_us * 1e-6
+
+    def _ready_to_prepare(self) -> None:
+        """At load, what starting the preparing child at the ADAPT_AFTER-th run would otherwise do in that
+        run: the estimate (it reads the build records and the calibration store), the import of prepare.py
+        and the temporary folder's lookup. A tiny model's 8th run took 3-5 ms (40-60x its median) doing
+        them; what is left there is writing the module and starting the child."""
+        import tempfile
+
+        from . import prepare  # noqa: F401 - imported here, not in a run
+
+        self._estimate = self._prepare_estimate()
+        tempfile.gettempdir()
+        _loading_thread()
 
     def _worth_preparing(self) -> bool:
         """Whether preparing the other ways pays for itself over this process's expected life: as many
@@ -417,6 +505,27 @@ class Adaptive:
             self._preparing, self._preparer = state, None
             if state != "ready":
                 self.adapt_note = f"pool: preparing the other ways failed ({state[len('failed: '):]})"
+
+    def _start_loading(self) -> None:
+        """Load the other ways' programs from the caches (built there by the child, or by an earlier
+        process) and make their kernels and the cooperative runner, in a thread: done in a run, this
+        stalled it 120 ms for a 3-kernel model (builds from the caches, the cycle counter's rate). The
+        thread touches none of what the pool's runs use; the Trial starts at the first run after it is
+        done ("loaded"), and its first run on each way loads that way's compiled kernels."""
+        def load() -> None:
+            try:
+                self._inline_kernels()
+                self._cooperative_ok()
+                self._loaded = "loaded"
+            except Exception as e:  # noqa: BLE001 - the runs stay on the pool, and say why
+                self._loaded = f"{type(e).__name__}: {e}"
+            finally:
+                _switching(-1)
+
+        self._loaded = "the loading thread ended without a word"
+        self._preparing = "loading"
+        _switching(+1)
+        self._loader = _loading_thread().submit(load)
 
     def _new_trial(self) -> Trial:
         """The comparison `_adapt` makes in one call, spread over the coming runs (no hybrid plan: its

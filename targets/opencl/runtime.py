@@ -151,7 +151,9 @@ class Executable(Adaptive):
         self._cooperative: Any = None  # the cooperative.Runner, once made (None: not made, or impossible)
         self._cooperative_tried = False  # whether _cooperative_runner has tried to make it
         self._trial: Trial | None = None  # `auto`'s comparison in progress over the runs
-        self._preparing = ""  # the other ways' background build: "", "running", "ready" or "failed: why"
+        self._preparing = ""  # the other ways' background build and load (adapt.py _count)
+        self._loader: Any = None
+        self._loaded = ""
         self._preparer: Any = None  # the prepare.Preparer (child process) while it runs
         self._estimate: tuple[float, float] | None = None  # (their build seconds, a run's saving)
         self._pool_seconds = 0.0  # the last run's seconds on the pool
@@ -217,6 +219,8 @@ class Executable(Adaptive):
             from . import warm
 
             self._warming = warm.start(self)
+        if self.companion is not None and self.execution == "auto" and not self.preferred:
+            self._ready_to_prepare()
         if self.companion is not None and self.execution == "inline":
             self._use_inline()
         if self.execution == "cooperative":

@@ -1,7 +1,8 @@
 """Where a lowered model runs on PoCL's CPU device (runtime.EXECUTIONS): on the worker pool, inline on the
 calling thread (PoCL's basic device, the pool device's inline companion), cooperatively, or `auto`, which
 starts on the pool and, from its ADAPT_AFTER-th run, has the other ways built by a child process once that
-pays for itself, then compares them over its runs (no run waits for a build or a comparison). The devices
+pays for itself (none where they were built here before), loads them in a thread, then compares them over
+its runs (no run waits for a build, a load or a comparison). The devices
 run the same kernels on the same buffers, so results are bit-identical whichever runs them."""
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def test_auto_prepares_in_a_child_process_then_compares_over_the_runs(
 
     monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TESSEL_PROGRAM_BINARIES", "always")
-    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
+    # a build worth it at once (a cost of 0 would say the ways were built here before: no child then)
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (1e-9, 1e-3))
     monkeypatch.setattr(runtime, "_PROGRAMS", {})  # as in a new process
     m = lowered()
     exe = Executable(m, m.funcs[0], execution="auto")
@@ -169,14 +171,85 @@ def test_auto_prepares_in_a_child_process_then_compares_over_the_runs(
     while not exe.adapt_note:
         for a, b in zip(first, exe.run(x), strict=True):
             assert a.tobytes() == b.tobytes()
+        if exe._preparing == "loading":  # the loading thread runs at the lowest priority: let it finish
+            exe._loader.result(timeout=300)
         runs += 1
         assert runs < 1000, exe.waiting_note()
-    assert exe._preparing == "ready" and exe.adapt_note.endswith(" (compared over the runs)"), exe.adapt_note
+    assert exe._preparing == "loaded" and exe.adapt_note.endswith(" (compared over the runs)"), exe.adapt_note
     assert exe.adapt_note.startswith(exe.running_on + ": ") and "inline " in exe.adapt_note
     built = {b.name: b.how for b in runtime.BUILD_LOG.since(mark)}
     assert built.get("inline") == "binary", built  # the child built it; this process loaded it
     if exe._cooperative is not None:
         assert built.get("cooperative") == "binary", built
+
+
+def test_auto_loads_ways_built_before_in_a_thread_without_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the build records say every way was built here before (cost 0), `auto` starts no child: the
+    ADAPT_AFTER-th run hands the loading (programs from the caches, the cooperative runner) to the loading
+    thread and returns; the runs stay on the pool, bit-identical, until it is done, then compare the ways.
+    The interpreter's switch interval is as it was once the thread is done."""
+    needs_companion()
+    import sys
+
+    from tessel.targets.opencl import adapt
+
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
+    interval = sys.getswitchinterval()
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    x = inputs(m.funcs[0], 0)
+    first = exe.run(x)
+    for _ in range(ADAPT_AFTER - 1):
+        exe.run(x)
+    assert exe._preparer is None and exe._preparing in ("loading", "loaded")
+    if exe._preparing == "loading":
+        assert exe.waiting_note() == "auto: the other ways are being loaded in the background"
+    exe._loader.result(timeout=300)
+    assert exe._inline is not None  # loaded by the thread, not by a run
+    runs = 0
+    while not exe.adapt_note:
+        for a, b in zip(first, exe.run(x), strict=True):
+            assert a.tobytes() == b.tobytes()
+        runs += 1
+        assert runs < 1000, exe.waiting_note()
+    assert exe.adapt_note.endswith(" (compared over the runs)")
+    assert sys.getswitchinterval() == pytest.approx(interval)
+
+
+def test_a_failed_load_keeps_the_pool_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_companion()
+    from tessel.targets.opencl import adapt
+
+    def broken(self):  # noqa: ANN001, ANN202
+        raise RuntimeError("no program")
+
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
+    monkeypatch.setattr(Executable, "_inline_kernels", broken)
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    x = inputs(m.funcs[0], 0)
+    for _ in range(ADAPT_AFTER):
+        exe.run(x)
+    exe._loader.result(timeout=300)
+    exe.run(x)
+    assert exe.running_on == "pool" and exe._trial is None
+    assert exe.adapt_note == "pool: loading the other ways failed (RuntimeError: no program)"
+
+
+def test_switching_restores_the_interval_after_the_last_loader() -> None:
+    import sys
+
+    from tessel.targets.opencl import adapt
+
+    before = sys.getswitchinterval()
+    adapt._switching(+1)
+    adapt._switching(+1)
+    short = pytest.approx(min(adapt.LOADING_SWITCH_SECONDS, before))
+    assert sys.getswitchinterval() == short
+    adapt._switching(-1)
+    assert sys.getswitchinterval() == short
+    adapt._switching(-1)
+    assert sys.getswitchinterval() == pytest.approx(before)
 
 
 def test_pool_never_adapts(monkeypatch: pytest.MonkeyPatch) -> None:
