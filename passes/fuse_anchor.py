@@ -17,6 +17,7 @@ from .fuse_rules import (
     GATE_MAX_CHANNELS,
     GATE_MAX_WEIGHTS,
     POOL_ANCHORS,
+    REQUANTIZED_ANCHORS,
     ROW_ANCHORS,
     blocked_on_channels,
     is_anchor,
@@ -248,6 +249,24 @@ class AnchorRules(InputRules):
             self.prologue(p, i, anchor, ops)
 
     def chain(self, v: Value, anchor: Op, kind: str, ops: list[Op]) -> None:
+        """Extend the region with elementwise consumers of `v`, one after another; after an anchor of
+        REQUANTIZED_ANCHORS, back to the last one of the anchor's type (the float ops after it are left to
+        the elementwise rules, with a remark)."""
+        start = len(ops)
+        self.consumers(v, anchor, kind, ops)
+        if anchor.name not in REQUANTIZED_ANCHORS:
+            return
+        dtype = anchor.result.type.dtype
+        end = next((i + 1 for i in range(len(ops) - 1, start - 1, -1) if ops[i].result.type.dtype == dtype),
+                   start)
+        if end < len(ops):
+            self.missed("dtype", [ops[end], ops[end - 1]],
+                        f"{quoted(ops[end:])} compute{'s' if len(ops) - end == 1 else ''} in "
+                        f"{ops[-1].result.type.dtype} after the epilogue of '{anchor.name}', which ends at "
+                        f"its last {dtype} value")
+            del ops[end:]
+
+    def consumers(self, v: Value, anchor: Op, kind: str, ops: list[Op]) -> None:
         """Extend the region with elementwise consumers of `v`, one after another."""
         where = f"the {'epilogue of' if kind == 'epilogue' else 'kernel of'} '{anchor.name}'"
         last = ops[-1]
@@ -322,7 +341,8 @@ class AnchorRules(InputRules):
                     f"from {shape_text(v)} to {shape_text(u.result)}; it cannot join {where}",
                 )
                 return
-            if u.result.type.dtype != anchor.result.type.dtype:
+            if u.result.type.dtype != anchor.result.type.dtype and not (
+                    anchor.name in REQUANTIZED_ANCHORS and u.result.type.dtype == "f32"):
                 self.missed(
                     "dtype",
                     [u, last],

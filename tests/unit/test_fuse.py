@@ -22,6 +22,7 @@ from tessel.ir.parser import parse_module
 from tessel.ir.printer import print_module
 from tessel.passes.fuse_rules import (
     EPILOGUE_ANCHORS,
+    REQUANTIZED_ANCHORS,
     ROW_ANCHORS,
     channel_factor,
     global_pool,
@@ -189,7 +190,11 @@ def check_contract(k: Op) -> None:
     for o in after:
         assert o in ew or (o in norms and o.operands[0] is prev.result)
         assert any(id(v) in chain for v in o.operands), "each op reads the chain"
-        assert o.result.type == prev.result.type, "the chain keeps its shape and element type"
+        if anchor.name in REQUANTIZED_ANCHORS:  # 8-bit values and f32 between them (dequantize, quantize)
+            assert o.result.type.shape == prev.result.type.shape, "the chain keeps its shape"
+            assert o.result.type.dtype in (anchor.result.type.dtype, "f32"), "8-bit or f32 values"
+        else:
+            assert o.result.type == prev.result.type, "the chain keeps its shape and element type"
         for v in o.operands:
             assert id(v) in chain or v in body.args or (v.op is not None and v.op.name == "const")
         chain.add(id(o.result))
@@ -199,6 +204,7 @@ def check_contract(k: Op) -> None:
         return
     (y,) = body.ops[-1].operands
     assert y is prev.result, "a chain region yields its last value only"
+    assert y.type.dtype == anchor.result.type.dtype, "an epilogue ends in its anchor's element type"
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))

@@ -133,8 +133,9 @@ def vector_ok(rg: Region, ops: list[Op], types: list[TensorType], mixed: bool = 
     if any(op.name not in CHAIN_OPS for op in ops):
         return False
     cs = {ctype(t) for t in types} | {ctype(t) for op in ops for t in [*op.operand_types, *op.result_types]}
-    if len(cs) == 1:
-        return all(op.name == "batch_norm" or ew.vectorizable(op.name, rg.sig(op)) for op in ops)
+    if len(cs) == 1 and all(op.name == "batch_norm" or ew.vectorizable(op.name, rg.sig(op)) for op in ops):
+        return True
+    # converting ops (quantize, dequantize, qadd, qmul: float arithmetic between 8-bit values) lane-wise
     return mixed and all(op.name != "batch_norm" and (ew.vectorizable(op.name, rg.sig(op))
                                                       or ew.converts(op.name, rg.sig(op))) for op in ops)
 
@@ -217,6 +218,7 @@ class Chain:
     c: str  # C type of `main` and `result`
     it: str  # index type
     unblock: str = ""  # C expression of `pu` (the NCHW position of blocked `p`), when a space uses it
+    lane_step: int = 1  # positions from one lane to the next (an NCHW plane: lanes across channels)
 
     @property
     def extras(self) -> list[int]:
@@ -243,7 +245,9 @@ class Chain:
         """The helper of every width `source` calls (and the scalar one the vector fallback calls)."""
         widths = {int(w) for w in re.findall(rf"\bKERNEL_{self.tag}(\d+)\(", source)}
         types = [v.type for op in self.ops for v in op.operands] + [self.main.type, self.result.type]
-        native = vector_ok(self.rg, [op for op in self.ops if op.name != "pack"], types)
+        # mixed: a requantizing chain (qconv2d's: dequantize, float ops, quantize) converts between its
+        # 8-bit values and float lane-wise, as the fused elementwise kernel's does
+        native = vector_ok(self.rg, [op for op in self.ops if op.name != "pack"], types, mixed=True)
         if any(w > 1 for w in widths) and not native:
             widths.add(1)
         return "".join(self.function(w, native or w == 1) for w in sorted(widths))
@@ -256,7 +260,8 @@ class Chain:
         head = f"static inline {vtype} KERNEL_{self.tag}{w}({', '.join(params)}) {{\n"
         if not native:  # lane by lane through the scalar helper
             rest = "".join(f", ep{a}" for a in self.extras)
-            lanes = ", ".join(f"KERNEL_{self.tag}1(v.s{LANES[j]}, p + {j}{rest})" for j in range(w))
+            lanes = ", ".join(f"KERNEL_{self.tag}1(v.s{LANES[j]}, p + {j * self.lane_step}{rest})"
+                              for j in range(w))
             return f"{head}    return ({vtype})({lanes});\n}}\n"
         lines = [f"const {self.it} pu = {self.unblock};"] if self.unblock else []
         names: dict[int, str] = {id(self.main): "v"}

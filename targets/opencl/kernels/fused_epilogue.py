@@ -6,11 +6,12 @@ residual's expansion, a layer_norm (fused_norm.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ....ir.core import Op, Value
 from ....ir.ops.registry import norm_axis
-from ....passes.fuse_rules import ROW_ANCHORS, channel_factor, channel_shuffle_ops
+from ....passes.fuse_rules import REQUANTIZED_ANCHORS, ROW_ANCHORS, channel_factor, channel_shuffle_ops
 from .base import Ctx, Lowered, NotLowerable, PackSpec, ctype, index_type
 from .conv import lower_conv2d
 from .conv_depthwise import Expand
@@ -31,9 +32,11 @@ from .fused_chain import (
 )
 from .fused_norm import NO_NORM, lower_row_norm, norm_prologue
 from .gemm import Tail, lower_gemm, lower_matmul
+from .qlinear import lower_integer_conv
 from .resize import upsample_tables
 
-CONTRACTIONS: dict[str, Anchor] = {"conv2d": lower_conv2d, "matmul": lower_matmul, "gemm": lower_gemm}
+CONTRACTIONS: dict[str, Anchor] = {"conv2d": lower_conv2d, "matmul": lower_matmul, "gemm": lower_gemm,
+                                   "qconv2d": lower_integer_conv}
 POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 BLOCKED = ("conv2d", *POOLS)  # anchors whose templates read / write NCHWc for an unpack / pack
 
@@ -119,8 +122,16 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     has_chain = any(op.name != "pack" for op in ops)
     chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb)
     epi = chain.call if has_chain else None
+    lanes = None  # the chain on 16 consecutive channels of one pixel, for the integer conv's channel lanes
+    if anchor.name in REQUANTIZED_ANCHORS and has_chain:
+        across = Space(main.type.dims, "p", channel_lanes=True)
+        lanes = Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
+                      ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]))
+    # the anchor's constant operands' values where the kernel op's are at hand (the integer conv's
+    # templates read its zero points: the 8-bit dot products need them constant)
+    values = ctx.values
     sub = Ctx(anchor.name, rg.sig(anchor), ctx.device, tuple(ctx.is_constant(a) for a in where),
-              dict(ctx.schedule))
+              dict(ctx.schedule), values=None if values is None else (lambda i: values(where[i])))
     fn = table[anchor.name]
     if in_block or out_block or up or scale or ex:
         import inspect
@@ -134,13 +145,15 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
         low = fn(sub, epi, channel_map=shuffle[1])  # type: ignore[call-arg]
     elif split:
         low = fn(sub, epi, tail=Tail(split=tuple(t.dims[-1] for t in split.result_types)), **norm.kwargs)
+    elif lanes is not None:
+        low = fn(sub, epi, channel_epilogue=lanes.call)  # type: ignore[call-arg]
     else:
         low = fn(sub, epi, **norm.kwargs)
     low.pack = packed_operands(rg, low, where, anchor)
     reads = (*norm.reads, *((scale[3],) if scale else ()), *(ex.reads if ex else ()))
     if ex:  # the expansion's [C, K, 1, 1] weights as 16-wide vectors per input channel and output block
         low.pack[ex.reads[0]] = PackSpec((1, 0), (16, 16))
-    chains = [chain, *((ex.chain,) if ex else ())]
+    chains = [chain, *((ex.chain,) if ex else ()), *((lanes,) if lanes else ())]
     low = finish(rg, low, chains, remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
                  extra_params=True, reads=reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)

@@ -27,7 +27,9 @@ import textwrap
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
+from .gemm import Epilogue
 
+LANES = "0123456789abcdef"
 MAX_TAPS = 256  # 256 * 255 * 255 < 2^24: the f32 sums stay exact
 
 
@@ -117,26 +119,46 @@ def _taps(ctx: Ctx, geo: Any, rows: int, load: Any) -> list[str]:
     return lines
 
 
-def _stores(ctx: Ctx, geo: Any, rows: int) -> list[str]:
-    """Each accumulator row requantized and stored: 16 bytes (rows of 16 columns or more: a row's last
-    vector overlaps the one before, `first_column`), or lane by lane in a narrower row."""
+def _stores(ctx: Ctx, geo: Any, rows: int, epilogue: Epilogue | None) -> list[str]:
+    """Each accumulator row requantized and stored, through `epilogue` where a `kernel` region has one:
+    16 bytes (rows of 16 columns or more: a row's last vector overlaps the one before, `first_column`), or
+    lane by lane in a narrower row (the lanes past its end are no positions of the row)."""
     from . import qlinear as q
 
     yt = ctype(ctx.results[0])
     lines = []
     for r in range(rows):
         val = q._requant(ctx, f"convert_int16(a{r})", 16, "oc")
-        out = f"out0 + ((long)(b * {geo.m} + oc) * {geo.ho} + oy0 + {r}) * {geo.wo} + ox0"
+        at = f"((long)(b * {geo.m} + oc) * {geo.ho} + oy0 + {r}) * {geo.wo} + ox0"
+        out = f"out0 + {at}"
         if geo.wo >= 16:
+            val = q.stored(val, at, 16, epilogue)
             store = "vstore16(v, 0, o);"
+        elif epilogue is not None and geo.wo >= 4:
+            store = _narrow_row(geo.wo, at, epilogue)
         else:
-            store = "\n        ".join(f"o[{j}] = v.s{'0123456789abcdef'[j]};" for j in range(geo.wo))
+            store = "\n        ".join(f"o[{j}] = {q.stored(f'v.s{LANES[j]}', f'{at} + {j}', 1, epilogue)};"
+                                      for j in range(geo.wo))
         lines.append(f"""    if (oy0 + {r} < {geo.ho}) {{
         const {yt}16 v = {val};
         __global {yt}* o = {out};
         {store}
     }}""")
     return lines
+
+
+def _narrow_row(wo: int, at: str, epilogue: Epilogue) -> str:
+    """A row of 4 to 15 columns through the epilogue: two vectors of 8 (4 under 8 columns), the first from
+    the row's start and the second ending at its end (overlapping: each lane a real position, as the
+    epilogue's operand reads need, and the overlap written twice with the same values). Lane by lane, the
+    epilogue had cost ShuffleNet's 14x14 depthwise convs 12x their time (its per-lane index arithmetic
+    and scalar division)."""
+    from . import qlinear as q
+
+    w = 8 if wo >= 8 else 4
+    lo = q.stored(f"v.s{LANES[:w]}", at, w, epilogue)
+    hi = q.stored(f"v.s{LANES[wo - w:wo]}", f"{at} + {wo - w}", w, epilogue)
+    return f"vstore{w}({lo}, 0, o);\n        vstore{w}({hi}, 0, o + {wo - w});"
 
 
 def first_column(geo: Any) -> str:
@@ -197,7 +219,7 @@ def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
 """
 
 
-def conv_depthwise(ctx: Ctx) -> Lowered:
+def conv_depthwise(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """schedule `depthwise`: 2 (default where the band fits local memory) the band kernel, 1 the repack
     launch and the main kernel reading its scratch; `rows` output rows an item (1..8)."""
     from . import qlinear as q
@@ -210,11 +232,11 @@ def conv_depthwise(ctx: Ctx) -> Lowered:
     rows = min(rows, geo.ho)
     lx = math.ceil(geo.wo / 16)  # the band's items cover the whole width
     if kind == 2 and lx <= 8 and _band_rows(ctx, geo, rows, lx):
-        return _conv_band(ctx, geo, rows, lx)
-    return _conv_repacked(ctx, geo, rows)
+        return _conv_band(ctx, geo, rows, lx, epilogue)
+    return _conv_repacked(ctx, geo, rows, epilogue)
 
 
-def _conv_band(ctx: Ctx, geo: Any, rows: int, lx: int) -> Lowered:
+def _conv_band(ctx: Ctx, geo: Any, rows: int, lx: int, epilogue: Epilogue | None) -> Lowered:
     """One work-group a band of `ly * rows` output rows of one channel (the whole width in `lx` items of
     16 columns): its items first load the band's input rows into local memory as floats less the zero
     point (padding 0), then each computes its 16 columns x `rows` rows from there. No repack launch and
@@ -254,7 +276,7 @@ __kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict in0")}) {{
     const __local float* xb = band + get_local_id(1) * {rows * geo.sh * geo.wp} + ox0;
     const __global {wt}* wc = in1 + oc * {geo.kh * geo.kw};
 {body}
-{chr(10).join(_stores(ctx, geo, rows))}
+{chr(10).join(_stores(ctx, geo, rows, epilogue))}
 }}
 """
     grid = (lx, bands * ly, planes)
@@ -262,7 +284,7 @@ __kernel void KERNEL({q._params(ctx, f"__global const {xt}* restrict in0")}) {{
     return Lowered([main], schedule={"depthwise": 2, "rows": rows})
 
 
-def _conv_repacked(ctx: Ctx, geo: Any, rows: int) -> Lowered:
+def _conv_repacked(ctx: Ctx, geo: Any, rows: int, epilogue: Epilogue | None) -> Lowered:
     from . import qlinear as q
 
     x, w = ctx.operands[:2]
@@ -274,7 +296,7 @@ def _conv_repacked(ctx: Ctx, geo: Any, rows: int) -> Lowered:
     geo = dataclasses.replace(geo, hp=hp)
     xt, wt = ctype(x), ctype(w)
     lines = _taps(ctx, geo, rows, lambda off: f"convert_float16(vload16(0, xb + {off})) - xz")
-    lines += _stores(ctx, geo, rows)
+    lines += _stores(ctx, geo, rows, epilogue)
     body = "\n".join(lines)
     src = f"""// {ctx.op_name} depthwise: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; 16 columns (lanes) x {rows}

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
+from .gemm import Epilogue
 
 PREAMBLE = """typedef short KERNEL_short32 __attribute__((ext_vector_type(32)));
 typedef short KERNEL_short16x __attribute__((ext_vector_type(16)));
@@ -77,7 +78,8 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(g.hp / ly) * ly, g.n * groups * cp), (ly, 1), ("in0", "in2", "tmp0"))
 
 
-def channel_lane_stores(ctx: Ctx, geo: Any, accs: list[str], whole: bool) -> list[str]:
+def channel_lane_stores(ctx: Ctx, geo: Any, accs: list[str], whole: bool, epilogue: Epilogue | None = None,
+                        channel_epilogue: Epilogue | None = None) -> list[str]:
     """The stores of a channel-lane integer conv's work-item: column ox0 + p's 16 output channels from
     accumulator accs[p] (requantized for qconv2d), one static lane at a time, columns past the row's end
     skipped (qlinear.lane_stores)."""
@@ -89,7 +91,7 @@ def channel_lane_stores(ctx: Ctx, geo: Any, accs: list[str], whole: bool) -> lis
         val = q._requant(ctx, acc, 16, "oc0", m, whole)
         at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
         out.append(f"""    if (ox0 + {p} < {geo.wo}) {{
-        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole)}
+        {q.lane_stores(f"{ctype(y)}16", val, 16, at, geo.ho * geo.wo, whole, epilogue, channel_epilogue)}
     }}""")
     return out
 
@@ -104,7 +106,8 @@ def channel_lane_kernel(ctx: Ctx, src: str, geo: Any, px: int, blocks: int) -> K
     return Kernel(src, grid, (lx, ly, 1), ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
 
 
-def pixel_gemm_stores(ctx: Ctx, og: int, hw: int, vcols: int, accs: list[list[str]]) -> list[str]:
+def pixel_gemm_stores(ctx: Ctx, og: int, hw: int, vcols: int, accs: list[list[str]],
+                      epilogue: Epilogue | None = None) -> list[str]:
     """The stores of a 1x1 integer conv's pixel-GEMM work-item: row i's pixel vector j from accs[i][j]
     (requantized for qconv2d), rows past the group's channels skipped, a plane's last partial vector by
     its new lanes (conv_pointwise.plane_store)."""
@@ -126,7 +129,8 @@ def pixel_gemm_stores(ctx: Ctx, og: int, hw: int, vcols: int, accs: list[list[st
             lines.append(f"    if (o0 + {i} < {og}) {{")
         lines.append(f"{ind}{{ const long yb = ((long)b * {og} + o0 + {i}) * {hw};")
         for j in range(vcols):
-            val = q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}")
+            val = q.stored(q._requant(ctx, accs[i][j], 16, f"grp * {og} + o0 + {i}"), f"yb + p{j}", 16,
+                           epilogue)  # a plane's last vector ends at its end: every lane a real position
             lines.append(f"{ind}  {{ const {yt}16 v = {val};")
             lines += plane_store(j, panels, vcols, rem, f"vstore16(v, 0, out0 + yb + p{j});", piece,
                                  f"{ind}    ")
@@ -137,7 +141,8 @@ def pixel_gemm_stores(ctx: Ctx, og: int, hw: int, vcols: int, accs: list[list[st
     return lines
 
 
-def conv_pairs(ctx: Ctx, px: int) -> Lowered:
+def conv_pairs(ctx: Ctx, px: int, epilogue: Epilogue | None = None,
+               channel_epilogue: Epilogue | None = None) -> Lowered:
     """The paired-channel kernel: 16 output channels in the lanes, `px` output columns an item."""
     from . import qlinear as q  # its helpers; qlinear chooses this kernel
 
@@ -167,7 +172,7 @@ def conv_pairs(ctx: Ctx, px: int) -> Lowered:
 {macs}
         }}""")
     accs = "\n".join(f"    int16 a{p} = 0;" for p in range(px))
-    stores = channel_lane_stores(ctx, geo, [f"a{p}" for p in range(px)], whole)
+    stores = channel_lane_stores(ctx, geo, [f"a{p}" for p in range(px)], whole, epilogue, channel_epilogue)
     src = f"""{PREAMBLE}
 // {ctx.op_name}: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}
@@ -213,7 +218,7 @@ def pointwise_pairs_fits(ctx: Ctx) -> bool:
     return ok and bool(int(ctx.schedule.get("pointwise", 1)))
 
 
-def pointwise_pairs(ctx: Ctx) -> Lowered:
+def pointwise_pairs(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
     work-item, input channels in pairs. Per pair it loads each pixel vector's 16 x 2 shorts from the repack
     (one 64-byte load), the rows' weight pairs at once (2 x rows bytes, widened, the zero points off), and
@@ -265,7 +270,7 @@ def pointwise_pairs(ctx: Ctx) -> Lowered:
         lines.append("        " + " ".join(f"{c} = KERNEL_pair_madd({c}, wi.s{i}, x{j});"
                                             for j, c in enumerate(accs[i])))
     lines.append("    }")
-    lines += pixel_gemm_stores(ctx, og, hw, vcols, accs)
+    lines += pixel_gemm_stores(ctx, og, hw, vcols, accs, epilogue)
     lines.append("}")
     local = 1
     main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (local, 1, 1),

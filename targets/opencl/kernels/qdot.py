@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
+from .gemm import Epilogue
 from .qconv_pairs import channel_lane_kernel, channel_lane_stores, pixel_gemm_stores
 
 FEATURES = "avx512vnni"
@@ -165,7 +166,8 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(g.hp / ly) * ly, g.n * groups * cq), (ly, 1), ("in0", "in2", "tmp0"))
 
 
-def conv_quads(ctx: Ctx, px: int) -> Lowered:
+def conv_quads(ctx: Ctx, px: int, epilogue: Epilogue | None = None,
+               channel_epilogue: Epilogue | None = None) -> Lowered:
     """The channel-lane kernel: 16 output channels in the lanes, `px` output columns an item, input
     channels in quads (one dot product per quad, tap and column)."""
     from . import qlinear as q  # its helpers; qlinear chooses this kernel
@@ -190,7 +192,8 @@ def conv_quads(ctx: Ctx, px: int) -> Lowered:
             taps.append(f"        {{ const int16 wv = vload16({t}, wc){_flip(flip_w)}; {corr}{dots} }}")
     accs = ", ".join(f"a{p} = 0" for p in range(px))
     sums = "\n".join(f"    acc[{p}] = a{p}{' - s' if needed else ''};" for p in range(px))
-    stores = channel_lane_stores(ctx, geo, [f"acc[{p}]" for p in range(px)], whole)
+    stores = channel_lane_stores(ctx, geo, [f"acc[{p}]" for p in range(px)], whole, epilogue,
+                                 channel_epilogue)
     taps_n = geo.kh * geo.kw
     src = f"""{PREAMBLE}
 // {ctx.op_name}: {x} * {w} -> {y}
@@ -241,7 +244,7 @@ def pixels_fit(ctx: Ctx) -> bool:
             and fits(ctx, any_zero_point=True) and ctx.value(3) is not None)
 
 
-def conv_pixels(ctx: Ctx) -> Lowered:
+def conv_pixels(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """The pixel-lane kernel: `rows` output channels x `vcols` vectors of 16 output columns of one row a
     work-item, input channels in quads: per quad and tap one 64-byte load of each column vector (16
     pixels' quads, consecutive in the phase-split repack for any stride), a broadcast of each channel's
@@ -313,8 +316,11 @@ def conv_pixels(ctx: Ctx) -> Lowered:
     for i in range(rows):
         guard = f"o0 + {i} < {og}" if og % rows else ""
         for j in range(vcols):
-            val = q._requant(ctx, f"acc[{i * vcols + j}]", 16, f"grp * {og} + o0 + {i}")
-            at = f"out0 + (((long)b * {geo.m} + grp * {og} + o0 + {i}) * {geo.ho} + oy) * {geo.wo} + p{j}"
+            at = f"(((long)b * {geo.m} + grp * {og} + o0 + {i}) * {geo.ho} + oy) * {geo.wo} + p{j}"
+            # a row's last vector overlaps the one before (whole stores): every lane a real position
+            val = q.stored(q._requant(ctx, f"acc[{i * vcols + j}]", 16, f"grp * {og} + o0 + {i}"), at, 16,
+                           epilogue)
+            at = f"out0 + {at}"
             cond = " && ".join(c for c in (guard, f"q{j} < {panels}") if c)
             stores.append(f"    if ({cond}) {{ const {yt}16 v = {val}; vstore16(v, 0, {at}); }}")
     lines = [PREAMBLE,
@@ -397,7 +403,7 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(panels / lx) * lx, n * groups * cq), (lx, 1), ("in0", "in2", "tmp0"))
 
 
-def pointwise_quads(ctx: Ctx) -> Lowered:
+def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
     work-item; per channel quad one 64-byte load of each pixel vector, a broadcast of each row's weight
     quad and a dot product for each pair; stores as qconv_pairs.pointwise_pairs."""
@@ -448,8 +454,8 @@ def pointwise_quads(ctx: Ctx) -> Lowered:
               f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * rows}, {off},",
               f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);"]
 
-    lines += pixel_gemm_stores(ctx, og, hw, vcols,
-                               [[f"acc[{i * vcols + j}]" for j in range(vcols)] for i in range(rows)])
+    results = [[f"acc[{i * vcols + j}]" for j in range(vcols)] for i in range(rows)]
+    lines += pixel_gemm_stores(ctx, og, hw, vcols, results, epilogue)
     lines.append("}")
     main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
                   ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))

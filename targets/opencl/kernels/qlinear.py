@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
-from .gemm import aligned_strides, batch_offset
+from .gemm import Epilogue, aligned_strides, batch_offset
 from .qconv_depthwise import conv_depthwise
 from .qconv_depthwise import fits as depthwise_fits
 from .qconv_pairs import conv_pairs, pointwise_pairs, pointwise_pairs_fits
@@ -98,14 +98,30 @@ def _requant(ctx: Ctx, acc: str, w: int, base: str, count: int = 0, whole: bool 
     return f"convert_{ctype(yz)}{w}(clamp({q}, ({lo}), ({hi})))"
 
 
-def lane_stores(vt: str, val: str, lanes: int, at: str, stride: int, whole: bool) -> str:
+def stored(val: str, index: str, w: int, epilogue: Epilogue | None) -> str:
+    """`val` (w lanes, consecutive output elements from flat position `index`) as stored: through the
+    fused chain of a `kernel` region (fused_epilogue.py) where there is one."""
+    return val if epilogue is None else epilogue(val, index, w)
+
+
+def lane_stores(vt: str, val: str, lanes: int, at: str, stride: int, whole: bool,
+                epilogue: Epilogue | None = None, channel_epilogue: Epilogue | None = None) -> str:
     """Store the vector `val` (of type `vt`) one lane at a time: lane j to out0[at + j * stride], lanes at
-    or past `nch` skipped unless `whole`. Static lanes (`v.s3`): indexing a vector by a loop variable made
-    LLVM spill it and store byte by byte (the shallow 1x1 convs of a MobileNetV2 ran at 7-17 GOP/s)."""
+    or past `nch` skipped unless `whole`. A fused chain: `channel_epilogue` on the whole vector (its lanes
+    consecutive channels of one pixel) where every lane is a channel, else `epilogue` a lane at a time (a
+    lane at a time, ResNet-18 int8's residual adds made its run 1.5x as long). Static lanes (`v.s3`):
+    indexing a vector by a loop variable made LLVM spill it and store byte by byte (the shallow 1x1 convs
+    of a MobileNetV2 ran at 7-17 GOP/s)."""
+    across = whole and channel_epilogue is not None
+    if across:
+        assert channel_epilogue is not None
+        val = channel_epilogue(val, f"({at})", lanes)
     lines = [f"const {vt} v = {val};", f"const long o = {at};"]
     for j in range(lanes):
         cond = "" if whole or j == 0 else f"if ({j} < nch) "
-        lines.append(f"{cond}out0[o + {j * stride}] = v.s{'0123456789abcdef'[j]};")
+        lane = f"v.s{'0123456789abcdef'[j]}"
+        lane = lane if across else stored(lane, f"o + {j * stride}", 1, epilogue)
+        lines.append(f"{cond}out0[o + {j * stride}] = {lane};")
     return "\n        ".join(lines)
 
 
@@ -200,7 +216,11 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
 
 
 @template("conv2d_integer", "qconv2d")
-def lower_integer_conv(ctx: Ctx) -> Lowered:
+def lower_integer_conv(ctx: Ctx, epilogue: Epilogue | None = None,
+                       channel_epilogue: Epilogue | None = None) -> Lowered:
+    """The integer conv's kernel for its shape (below); `epilogue`: the chain of a `kernel` region applied
+    to each stored value (qconv2d's requantized one), as the float conv's templates apply theirs;
+    `channel_epilogue`: the same chain on vectors of consecutive channels (the channel-lane kernels)."""
     _check(ctx)
     m, g = ctx.operands[1].dims[0], ctx.attr("groups")
     lanes = int(ctx.schedule.get("lanes", 16 if m // g >= 12 else 0))
@@ -210,24 +230,26 @@ def lower_integer_conv(ctx: Ctx) -> Lowered:
     quads = pairs and quads_fit(ctx)  # 8-bit dot products where the device has them (else pairs)
     if pairs and ("lanes" not in ctx.schedule or "pointwise" in ctx.schedule) and pointwise_pairs_fits(ctx):
         # a 1x1 conv as a GEMM over 16-pixel vectors
-        return pointwise_quads(ctx) if quads else pointwise_pairs(ctx)
+        return pointwise_quads(ctx, epilogue) if quads else pointwise_pairs(ctx, epilogue)
     if pairs and ("lanes" not in ctx.schedule or "pixels" in ctx.schedule) and not depthwise_fits(ctx) \
             and pixels_fit(ctx):
-        return conv_pixels(ctx)  # 16 output columns in the lanes: whole-vector stores
+        return conv_pixels(ctx, epilogue)  # 16 output columns in the lanes: whole-vector stores
     if lanes == 16 and pairs:
         px = int(ctx.schedule.get("cols", 8))
         if not 1 <= px <= 16:
             raise NotLowerable(f"'{ctx.op_name}' schedule cols={px} (1..16)")
         # input channels in quads (8-bit dot products) or pairs (16-bit multiply-adds)
-        return conv_quads(ctx, px) if quads else conv_pairs(ctx, px)
+        return (conv_quads(ctx, px, epilogue, channel_epilogue) if quads
+                else conv_pairs(ctx, px, epilogue, channel_epilogue))
     if lanes:
-        return _conv_channel_lanes(ctx, lanes)
+        return _conv_channel_lanes(ctx, lanes, epilogue, channel_epilogue)
     if depthwise_fits(ctx):
-        return conv_depthwise(ctx)  # one input channel a group: exact float FMAs
-    return _conv_pixel_lanes(ctx)
+        return conv_depthwise(ctx, epilogue)  # one input channel a group: exact float FMAs
+    return _conv_pixel_lanes(ctx, epilogue)
 
 
-def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
+def _conv_channel_lanes(ctx: Ctx, lanes: int, epilogue: Epilogue | None = None,
+                        channel_epilogue: Epilogue | None = None) -> Lowered:
     """Lanes over `lanes` output channels of a group (weights packed [O / lanes, C / g, KH, KW, lanes],
     one vector load a tap), `px` output columns an item, each input a broadcast int."""
     x, w, _, wz = ctx.operands[:4]
@@ -271,7 +293,8 @@ def _conv_channel_lanes(ctx: Ctx, lanes: int) -> Lowered:
         val = _requant(ctx, acc, lanes, "oc0", w.dims[0], whole)
         at = f"((long)(b * {geo.m} + oc0) * {geo.ho} + oy) * {geo.wo} + ox0 + {p}"
         stores.append(f"""    if (ox0 + {p} < {geo.wo}) {{
-        {lane_stores(f"{ctype(y)}{lanes}", val, lanes, at, geo.ho * geo.wo, whole)}
+        {lane_stores(f"{ctype(y)}{lanes}", val, lanes, at, geo.ho * geo.wo, whole, epilogue,
+                     channel_epilogue)}
     }}""")
     xt = ctype(x) if direct else "int"
     xin = "in0" if direct else "tmp0"
@@ -318,7 +341,7 @@ __kernel void KERNEL({_params(ctx, first)}) {{
     return low
 
 
-def _conv_pixel_lanes(ctx: Ctx) -> Lowered:
+def _conv_pixel_lanes(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """Lanes over `px` output columns, `ob` channels an item (depthwise and narrow groups)."""
     x, w, _, wz = ctx.operands[:4]
     y = ctx.results[0]
@@ -347,11 +370,12 @@ def _conv_pixel_lanes(ctx: Ctx) -> Lowered:
     for o in range(ob):
         oc = f"oc0 + {o}"
         val = _requant(ctx, f"a{o}", px, oc)
-        out = f"out0 + ((b * {geo.m} + {oc}) * {geo.ho} + oy) * {geo.wo} + ox0"
+        at = f"((b * {geo.m} + {oc}) * {geo.ho} + oy) * {geo.wo} + ox0"
+        whole, lane = stored("v", at, px, epilogue), stored("v[j]", f"{at} + j", 1, epilogue)
         stores.append(f"""    {{
         const {ctype(y)}{px} v = {val};
-        if (ox0 + {px} <= {geo.wo}) vstore{px}(v, 0, {out});
-        else for (int j = 0; j < {geo.wo} - ox0; ++j) ({out})[j] = v[j];
+        if (ox0 + {px} <= {geo.wo}) vstore{px}({whole}, 0, out0 + {at});
+        else for (int j = 0; j < {geo.wo} - ox0; ++j) (out0 + {at})[j] = {lane};
     }}""")
     src = f"""// {ctx.op_name}: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {g}
