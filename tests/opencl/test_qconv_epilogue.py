@@ -141,6 +141,8 @@ def test_qconv_epilogue_matches_the_unfused_module(case: tuple, device: str) -> 
     schedule = launches[0].attrs["schedule"]
     kernel = "lanes" if kernel == "pixels" and device == NO_DOT else kernel  # pixels: dot products only
     assert kernel in schedule and schedule.get("fused") == (5 if chain == "bn" else 2), schedule
+    source = next(op.attrs["source"] for op in got_m.funcs[0].block.ops if op.name == "cl.program")
+    assert "__attribute__((noinline)) static uchar" in source  # called at each store, not inlined
     got = Executable(got_m, got_m.funcs[0], dev.pick_device()).run(inputs)[0]
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (
         f"{np.count_nonzero(got != want)} of {want.size} differ")

@@ -168,6 +168,9 @@ class Space:
     dims: tuple[int, ...]
     pos: str = "p"
     channel_lanes: bool = False
+    row_lanes: bool = False  # a vector's lanes never cross a row (the last dim): its broadcast reads need no
+    # per-lane fallback (the integer conv's pixel vectors; with the fallback's 16 divisions at each of a
+    # conv's unrolled stores, ShuffleNet int8's program doubled and its cold build took 10 s longer)
 
 
 def load(ptr: str, shape: tuple[int, ...], sp: Space, w: int, c: str) -> str:
@@ -189,6 +192,8 @@ def load(ptr: str, shape: tuple[int, ...], sp: Space, w: int, c: str) -> str:
     if tuple(shape) == tuple(sp.dims):
         return f"vload{w}(0, {ptr} + {sp.pos})"
     fast = f"vload{w}(0, {ptr} + {at})" if strides[-1] else f"({vtype})({ptr}[{at}])"
+    if sp.row_lanes:  # the coalesced last dim holds whole rows: lanes in one row stay in one of its runs
+        return fast
     lanes = ", ".join(f"{ptr}[{offset(dims, strides, f'{sp.pos} + {j}')}]" for j in range(w))
     return f"(({sp.pos}) % {dims[-1]} + {w} <= {dims[-1]} ? {fast} : ({vtype})({lanes}))"
 
@@ -219,6 +224,8 @@ class Chain:
     it: str  # index type
     unblock: str = ""  # C expression of `pu` (the NCHW position of blocked `p`), when a space uses it
     lane_step: int = 1  # positions from one lane to the next (an NCHW plane: lanes across channels)
+    outlined: bool = False  # called, not inlined: the integer conv's unrolled stores call it up to 16 times,
+    # and inlined there it added 0.3 s of PoCL build to each conv kernel (ResNet-50 int8: 13.5 -> 27.6 s)
 
     @property
     def extras(self) -> list[int]:
@@ -257,7 +264,8 @@ class Chain:
         params = [f"{vtype} v", f"{self.it} p"] + [
             f"__global const {ctype(self.rg.args[a].type)}* restrict ep{a}" for a in self.extras
         ]
-        head = f"static inline {vtype} KERNEL_{self.tag}{w}({', '.join(params)}) {{\n"
+        kind = "__attribute__((noinline)) static" if self.outlined else "static inline"
+        head = f"{kind} {vtype} KERNEL_{self.tag}{w}({', '.join(params)}) {{\n"
         if not native:  # lane by lane through the scalar helper
             rest = "".join(f", ep{a}" for a in self.extras)
             lanes = ", ".join(f"KERNEL_{self.tag}1(v.s{LANES[j]}, p + {j * self.lane_step}{rest})"

@@ -113,20 +113,22 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     if result.type.dtype != main.type.dtype:
         raise NotLowerable(f"the chain gives {result.type.dtype}, the anchor {main.type.dtype}")
     it = index_type(*ctx.operands, *ctx.results, main.type)
-    base = Space(main.type.dims, "pu" if out_block else "p", channel_lanes=bool(out_block))
+    base = Space(main.type.dims, "pu" if out_block else "p", channel_lanes=bool(out_block),
+                 row_lanes=anchor.name in REQUANTIZED_ANCHORS)  # its templates' vectors: within a row
     blocked = Space(pack.results[0].type.dims) if pack else None
     spaces = chain_spaces(rg, ops, main, base, blocked, pack)
     if result.type.dims != (blocked or base).dims:
         raise NotLowerable(f"the region yields {result.type}, the anchor writes {(blocked or base).dims}")
     unb = unblock(pack.results[0].type.dims, main.type.dims, "p") if pack else ""
     has_chain = any(op.name != "pack" for op in ops)
-    chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb)
+    chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb,
+                  outlined=anchor.name in REQUANTIZED_ANCHORS)
     epi = chain.call if has_chain else None
     lanes = None  # the chain on 16 consecutive channels of one pixel, for the integer conv's channel lanes
     if anchor.name in REQUANTIZED_ANCHORS and has_chain:
         across = Space(main.type.dims, "p", channel_lanes=True)
         lanes = Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
-                      ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]))
+                      ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]), outlined=True)
     # the anchor's constant operands' values where the kernel op's are at hand (the integer conv's
     # templates read its zero points: the 8-bit dot products need them constant)
     values = ctx.values
