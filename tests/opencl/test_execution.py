@@ -43,6 +43,21 @@ def needs_companion() -> None:
                     "POCL_DEVICES was set without 'basic')")
 
 
+def auto_after(monkeypatch: pytest.MonkeyPatch, estimate: tuple[float, float], runs: int):  # noqa: ANN201
+    """An `auto` executable of the block whose other ways cost `estimate` (build seconds, saving a run),
+    after `runs` runs: (it, its inputs, the first run's results)."""
+    from tessel.targets.opencl import adapt
+
+    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: estimate)
+    m = lowered()
+    exe = Executable(m, m.funcs[0], execution="auto")
+    x = inputs(m.funcs[0], 0)
+    first = exe.run(x)
+    for _ in range(runs - 1):
+        exe.run(x)
+    return exe, x, first
+
+
 def test_auto_device_has_the_most_compute_units() -> None:
     d = dev.pick_device()
     assert all(int(o.max_compute_units) <= int(d.max_compute_units) for o in dev.all_devices()
@@ -74,15 +89,7 @@ def test_auto_builds_nothing_that_does_not_pay(monkeypatch: pytest.MonkeyPatch) 
     """Building the other ways would cost more than the runs so far could save (a cold cache, a short
     process): `auto` stays on the pool, starts no build and says why; `measure` never settles either."""
     needs_companion()
-    from tessel.targets.opencl import adapt
-
-    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (100.0, 1e-3))
-    m = lowered()
-    exe = Executable(m, m.funcs[0], execution="auto")
-    x = inputs(m.funcs[0], 0)
-    first = exe.run(x)
-    for _ in range(ADAPT_AFTER - 2):
-        exe.run(x)
+    exe, x, first = auto_after(monkeypatch, (100.0, 1e-3), ADAPT_AFTER - 1)
     assert exe.waiting_note() == f"auto: on the pool for its first {ADAPT_AFTER} runs"
     _, stats = exe.measure(x, 3 * ADAPT_AFTER, warmup=0)
     assert len(stats.seconds) == 3 * ADAPT_AFTER
@@ -148,19 +155,13 @@ def test_auto_prepares_in_a_child_process_then_compares_over_the_runs(
     programs and compile their kernels; this process then loads them from the caches (tessel's binaries
     here, so a load shows as one) and compares the ways one run at a time; results stay bit-identical."""
     needs_companion()
-    from tessel.targets.opencl import adapt, runtime
+    from tessel.targets.opencl import runtime
 
     monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TESSEL_PROGRAM_BINARIES", "always")
-    # a build worth it at once (a cost of 0 would say the ways were built here before: no child then)
-    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (1e-9, 1e-3))
     monkeypatch.setattr(runtime, "_PROGRAMS", {})  # as in a new process
-    m = lowered()
-    exe = Executable(m, m.funcs[0], execution="auto")
-    x = inputs(m.funcs[0], 0)
-    first = exe.run(x)
-    for _ in range(ADAPT_AFTER - 1):
-        exe.run(x)
+    # a build worth it at once (a cost of 0 would say the ways were built here before: no child then)
+    exe, x, first = auto_after(monkeypatch, (1e-9, 1e-3), ADAPT_AFTER)
     assert exe._preparing == "running" and exe.waiting_note() == (
         "auto: the other ways are being built in the background")
     handed = Path(exe._preparer.path).read_text()  # the module without its weights: the child uses zeros
@@ -191,16 +192,8 @@ def test_auto_loads_ways_built_before_in_a_thread_without_a_child(monkeypatch: p
     needs_companion()
     import sys
 
-    from tessel.targets.opencl import adapt
-
-    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
     interval = sys.getswitchinterval()
-    m = lowered()
-    exe = Executable(m, m.funcs[0], execution="auto")
-    x = inputs(m.funcs[0], 0)
-    first = exe.run(x)
-    for _ in range(ADAPT_AFTER - 1):
-        exe.run(x)
+    exe, x, first = auto_after(monkeypatch, (0.0, 1e-3), ADAPT_AFTER)
     assert exe._preparer is None and exe._preparing in ("loading", "loaded")
     if exe._preparing == "loading":
         assert exe.waiting_note() == "auto: the other ways are being loaded in the background"
@@ -218,18 +211,12 @@ def test_auto_loads_ways_built_before_in_a_thread_without_a_child(monkeypatch: p
 
 def test_a_failed_load_keeps_the_pool_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     needs_companion()
-    from tessel.targets.opencl import adapt
 
     def broken(self):  # noqa: ANN001, ANN202
         raise RuntimeError("no program")
 
-    monkeypatch.setattr(adapt.Adaptive, "_prepare_estimate", lambda self: (0.0, 1e-3))
     monkeypatch.setattr(Executable, "_inline_kernels", broken)
-    m = lowered()
-    exe = Executable(m, m.funcs[0], execution="auto")
-    x = inputs(m.funcs[0], 0)
-    for _ in range(ADAPT_AFTER):
-        exe.run(x)
+    exe, x, _ = auto_after(monkeypatch, (0.0, 1e-3), ADAPT_AFTER)
     exe._loader.result(timeout=300)
     exe.run(x)
     assert exe.running_on == "pool" and exe._trial is None
