@@ -207,11 +207,12 @@ class CompiledModel:
         when the cache held it; empty for a loaded module. Making the executable (weights, programs) is
         the rest of the call."""
         if target == "opencl":
-            from .targets.opencl.dynamic import executable
+            from .targets.opencl.dynamic import executable, settle_heap
 
             self._exe = executable(module, self.func, device)
             if cache_key is not None and hasattr(self._exe, "cache_key"):  # a dynamic model's sizes
                 self._exe.cache_key = cache_key
+            settle_heap()  # the compile's and load's objects aged before the first run
 
     @staticmethod
     def _describe(func: Func) -> list[NodeArg]:
