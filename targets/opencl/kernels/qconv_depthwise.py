@@ -27,9 +27,9 @@ import textwrap
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
+from .fused_chain import LANES
 from .gemm import Epilogue
 
-LANES = "0123456789abcdef"
 MAX_TAPS = 256  # 256 * 255 * 255 < 2^24: the f32 sums stay exact
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ....ir.types import TensorType, int_range
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype, require_static, template
+from .fused_chain import LANES
 from .gemm import Epilogue, aligned_strides, batch_offset
 from .qconv_depthwise import conv_depthwise
 from .qconv_depthwise import fits as depthwise_fits
@@ -119,7 +120,7 @@ def lane_stores(vt: str, val: str, lanes: int, at: str, stride: int, whole: bool
     lines = [f"const {vt} v = {val};", f"const long o = {at};"]
     for j in range(lanes):
         cond = "" if whole or j == 0 else f"if ({j} < nch) "
-        lane = f"v.s{'0123456789abcdef'[j]}"
+        lane = f"v.s{LANES[j]}"
         lane = lane if across else stored(lane, f"o + {j * stride}", 1, epilogue)
         lines.append(f"{cond}out0[o + {j * stride}] = {lane};")
     return "\n        ".join(lines)
