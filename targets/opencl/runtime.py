@@ -43,10 +43,12 @@ def cache_dir() -> str:
 def build_program(context: Any, source: str, options: Sequence[str] = (), devices: Sequence[Any] = (),
                   name: str = "program") -> Any:
     """Build once per (source, context, devices) in this process (all the context's devices when none are
-    named); on disk, cache.py keeps the binaries under <cache>/opencl, checked by hash on every load."""
+    named), with the devices' build preamble (device.with_build_preamble); on disk, cache.py keeps the
+    binaries under <cache>/opencl, checked by hash on every load."""
     cl = dev.cl()
+    built = dev.with_build_preamble(source, list(devices) or list(context.devices))
     key = (
-        hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest(),
+        hashlib.sha256((built + "\0" + " ".join(options)).encode()).hexdigest(),
         id(context),
         tuple(d.int_ptr for d in devices),
     )
@@ -54,7 +56,7 @@ def build_program(context: Any, source: str, options: Sequence[str] = (), device
     if prg is None:
         try:
             prg = program_cache.build_program(
-                context, source, ["-w", *options], devices, os.path.join(cache_dir(), "opencl"), name
+                context, built, ["-w", *options], devices, os.path.join(cache_dir(), "opencl"), name
             )
         except cl.RuntimeError as e:
             raise DiagnosticError(Diagnostic("error", f"the OpenCL program does not build: {e}")) from None

@@ -84,7 +84,8 @@ def warm(path: str) -> None:
     device = cl.get_platforms()[platform].get_devices()[index]
     context = dev.context_for(device)  # as the parent's: with the inline companion where there is one
     queue = cl.CommandQueue(context, device)
-    program = cl.Program(context, job["source"]).build(options=job["options"], devices=[device],
+    source = dev.with_build_preamble(job["source"], [device])  # as runtime.build_program builds it
+    program = cl.Program(context, source).build(options=job["options"], devices=[device],
                                                        cache_dir=False)
     for name, global_size, local_size, sizes in job["steps"]:
         kernel = cl.Kernel(program, name)

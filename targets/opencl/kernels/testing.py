@@ -57,7 +57,7 @@ def build(lowered: Lowered, context: Any, info: Any) -> list[Any]:
     src = dev.preamble(info) + "\n".join(
         re.sub(r"\bKERNEL", n, k.source) for n, k in zip(names, lowered.kernels, strict=True)
     )
-    prg = cl.Program(context, src).build(options=["-w"])
+    prg = cl.Program(context, dev.with_build_preamble(src, context.devices)).build(options=["-w"])
     return [getattr(prg, n) for n in names]
 
 
