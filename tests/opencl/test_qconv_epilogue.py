@@ -3,8 +3,9 @@ model's float chain between two integer convs (dequantize, a per-channel mul and
 residual dequantized and added) joins the conv's kernel, and every integer conv template applies it to the
 value it stores. Each case runs `fuse` then the lowering, must give one launch for the region (no
 `unfused-region` remark) and the unfused module's bytes from the numpy interpreter: the chain's arithmetic
-is the unfused one's, to the bit. The templates: depthwise rows of 16 columns or more, of 8-15 and 4-7
-(two overlapping vectors) and under 4 (lane by lane); the 1x1 GEMM over pixels; the pixel-lane dense conv;
+is the unfused one's, to the bit. The templates: depthwise rows of 16 columns or more and of 8-15 (two
+overlapping vectors); depthwise with 16 channels in the lanes (rows of 8 columns or fewer: items of 4
+columns transposed, or a lane at a time under 4); the 1x1 GEMM over pixels; the pixel-lane dense conv;
 the channel-lane conv with whole blocks of 16 channels (the chain across the lanes) and without (lane by
 lane); the narrow-group pixel-lane conv. With a DeviceInfo without the 8-bit dot product, the paired
 (16-bit multiply-add) kernels instead of the quads."""
@@ -100,6 +101,10 @@ CASES = [  # (id, c, o, hw, k, groups, stride, chain, schedule it must take)
     ("depthwise-6", 16, 16, 6, 3, 16, 1, "bn", "depthwise"),
     ("depthwise-3", 16, 16, 3, 3, 16, 1, "bn", "depthwise"),
     ("depthwise-stride2", 16, 16, 20, 3, 16, 2, "residual", "depthwise"),
+    # 16 channels in the lanes (rows of 8 columns or fewer): the chain across them (whole blocks) or along
+    # each channel's transposed row (24 channels)
+    ("depthwise-lanes-partial", 24, 24, 7, 3, 24, 1, "bn", "depthwise"),
+    ("depthwise-lanes-stride2", 32, 32, 12, 3, 32, 2, "residual", "depthwise"),
     ("pointwise", 8, 16, 10, 1, 1, 1, "bn", "pointwise"),
     ("pointwise-residual", 8, 16, 10, 1, 1, 1, "residual", "pointwise"),
     ("pixels", 8, 16, 18, 3, 1, 1, "bn", "pixels"),
@@ -140,6 +145,8 @@ def test_qconv_epilogue_matches_the_unfused_module(case: tuple, device: str) -> 
     schedule = launches[0].attrs["schedule"]
     kernel = "lanes" if kernel == "pixels" and device == NO_DOT else kernel  # pixels: dot products only
     assert kernel in schedule and schedule.get("fused") == (5 if chain == "bn" else 2), schedule
+    if kernel == "depthwise":  # channel lanes where a row fills at most half of its 16 lanes, else the band
+        assert schedule["depthwise"] == (3 if (hw - 1) // stride + 1 <= 8 else 2), schedule
     source = next(op.attrs["source"] for op in got_m.funcs[0].block.ops if op.name == "cl.program")
     assert "__attribute__((noinline)) static uchar" in source  # called at each store, not inlined
     got = Executable(got_m, got_m.funcs[0], dev.pick_device()).run(inputs)[0]

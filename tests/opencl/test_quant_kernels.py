@@ -596,12 +596,13 @@ def test_lookup(x: str, shape: tuple[int, ...], table: str) -> None:
     check_op("lookup", [ints(rng, shape, x), t], {}, constant=(False, True))
 
 
-DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 2 band, 1 repacked, 0 integer)
+DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 3 channel lanes, 2 band, 1
+    # repacked, 0 integer)
     (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True, scale_per_channel=True),
      {}, 2),
     # stride 2 (the even / odd phase split), per-channel weight zero points, batch 2, 4 rows an item
     (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
-          bias=True, bounds="relu"), {"rows": 4}, 2),
+          bias=True, bounds="relu"), {"depthwise": 2, "rows": 4}, 2),
     # i8 input, ui8 weights, 5x5 stride 2 with asymmetric pads, a channel multiplier of 2, 3 rows an item
     (Conv("i8", "ui8", 1, 4, (20, 37), 8, 5, stride=2, pad=(2, 1, 2, 3), groups=4, bias=True, y="i8"),
      {"rows": 3}, 2),
@@ -613,7 +614,8 @@ DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 2
     (Conv("ui8", "i8", 1, 3, (40, 112), 3, 3, pad=(1, 1, 1, 1), groups=3, bias=True), {}, 2),
     (Conv("i8", "i8", 1, 2, (30, 90), 2, 3, stride=2, pad=(0, 1, 1, 0), groups=2), {"rows": 2}, 2),
     # 20 small maps, 5x5 with a dilation of 2 reaching past the band's rows
-    (Conv("ui8", "i8", 1, 20, (6, 6), 20, 5, pad=(4, 4, 4, 4), dilation=2, groups=20, bias=True), {}, 2),
+    (Conv("ui8", "i8", 1, 20, (6, 6), 20, 5, pad=(4, 4, 4, 4), dilation=2, groups=20, bias=True),
+     {"depthwise": 2}, 2),
     # wider than 8 vectors: the repacked kernel; and asked for
     (Conv("ui8", "i8", 1, 2, (5, 140), 2, 3, pad=(1, 1, 1, 1), groups=2), {}, 1),
     (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
@@ -622,15 +624,35 @@ DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 2
      {"depthwise": 1, "rows": 3}, 1),
     # the integer kernel kept by depthwise=0
     (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True), {"depthwise": 0}, 0),
+    # 16 channels in the lanes, the default where rows of 8 columns or fewer fill at most half of theirs:
+    # whole channel blocks on a 7-column map (items of 4 columns, the second overlapping the first); a
+    # partial block (20 channels), stride 2 and per-channel weight zero points; not on a 10-column map
+    (Conv("ui8", "i8", 1, 32, (7, 7), 32, 3, pad=(1, 1, 1, 1), groups=32, bias=True, bounds="relu"), {}, 3),
+    (Conv("ui8", "i8", 1, 20, (7, 7), 20, 3, stride=2, pad=(1, 1, 1, 1), groups=20, wz_per_channel=True,
+          bias=True), {}, 3),
+    (Conv("ui8", "i8", 1, 32, (10, 10), 32, 3, pad=(1, 1, 1, 1), groups=32, bias=True), {}, 2),
+    # asked for: 17 columns in items of 8 (the last overlapping), batch 2; 16 columns an item; 5 (stored
+    # a lane at a time)
+    (Conv("ui8", "i8", 2, 12, (13, 34), 12, 3, stride=2, pad=(1, 1, 1, 1), groups=12, wz_per_channel=True,
+          bias=True, bounds="relu"), {"depthwise": 3, "cols": 8}, 3),
+    (Conv("ui8", "i8", 1, 32, (18, 18), 32, 3, pad=(1, 1, 1, 1), groups=32, bias=True), {"depthwise": 3}, 3),
+    (Conv("i8", "i8", 1, 16, (9, 9), 16, 3, pad=(1, 1, 1, 1), groups=16, y="i8"), {"depthwise": 3, "cols": 5},
+     3),
+    # asked for: i8 input and ui8 weights, 5x5 stride 2 with asymmetric pads; a dilation of 2 reaching
+    # past the map
+    (Conv("i8", "ui8", 1, 4, (20, 37), 4, 5, stride=2, pad=(2, 1, 2, 3), groups=4, y="i8"),
+     {"depthwise": 3, "cols": 3}, 3),
+    (Conv("ui8", "i8", 1, 20, (6, 6), 20, 5, pad=(4, 4, 4, 4), dilation=2, groups=20, bias=True),
+     {"depthwise": 3}, 3),
 ]
 
 
 @pytest.mark.parametrize("case, schedule, kind", DEPTHWISE, ids=[f"{c}-{s}" for c, s, _ in DEPTHWISE])
 def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str, int], kind: int) -> None:
     """One input channel a group: float FMAs give the i32 accumulator exactly (qconv_depthwise.py), any
-    stride (phase-split band or repack), dilation, padding, channel multiplier and rows an item; the band
-    kernel up to 8 vectors of columns, the repacked one past that or when asked; depthwise=0 keeps the
-    integer kernel; rows past 8 are refused."""
+    stride (phase-split band, repack or channel lanes), dilation, padding, channel multiplier and rows an
+    item; the channel-lane kernel where its lanes pay, the band kernel up to 8 vectors of columns, the
+    repacked one past that or when asked; depthwise=0 keeps the integer kernel; rows past 8 are refused."""
     rng = rng_for("dw", str(case), str(schedule))
     inputs, attrs = conv_operands(case, rng)
     low = lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
@@ -645,7 +667,7 @@ def test_depthwise_integer_conv_in_float_is_exact(case: Conv, schedule: dict[str
     inputs += requant_operands(case, rng, acc, 1, case.m, attrs)
     check_op("qconv2d", inputs, attrs, schedule=schedule)
     with pytest.raises(NotLowerable, match="rows=9"):
-        lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 9})
+        lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"depthwise": 2, "rows": 9})
 
 
 @pytest.mark.parametrize("dtype, shape, k, s, pads, ceil", [

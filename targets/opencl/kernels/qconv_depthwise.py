@@ -219,15 +219,20 @@ def _band_load(ctx: Ctx, geo: Any, rin: int) -> str:
 """
 
 
-def conv_depthwise(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
-    """schedule `depthwise`: 2 (default where the band fits local memory) the band kernel, 1 the repack
-    launch and the main kernel reading its scratch; `rows` output rows an item (1..8)."""
+def conv_depthwise(ctx: Ctx, epilogue: Epilogue | None = None,
+                   channel_epilogue: Epilogue | None = None) -> Lowered:
+    """schedule `depthwise`: 3 (default where its lanes pay, qconv_depthwise_lanes.py) 16 channels in the
+    lanes, 2 (default elsewhere where the band fits local memory) the band kernel, 1 the repack launch and
+    the main kernel reading its scratch; `rows` output rows an item (1..8)."""
     from . import qlinear as q
+    from .qconv_depthwise_lanes import conv_depthwise_lanes, lanes_pay
 
+    kind = int(ctx.schedule.get("depthwise", 3 if lanes_pay(ctx) else 2))
+    if kind == 3:
+        return conv_depthwise_lanes(ctx, epilogue, channel_epilogue)
     rows = int(ctx.schedule.get("rows", 4))
     if not 1 <= rows <= 8:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (1..8)")
-    kind = int(ctx.schedule.get("depthwise", 2))
     geo = q._geo(ctx, 16)
     rows = min(rows, geo.ho)
     lx = math.ceil(geo.wo / 16)  # the band's items cover the whole width

@@ -245,7 +245,7 @@ def lower_integer_conv(ctx: Ctx, epilogue: Epilogue | None = None,
     if lanes:
         return _conv_channel_lanes(ctx, lanes, epilogue, channel_epilogue)
     if depthwise_fits(ctx):
-        return conv_depthwise(ctx, epilogue)  # one input channel a group: exact float FMAs
+        return conv_depthwise(ctx, epilogue, channel_epilogue)  # one input channel a group: exact float FMAs
     return _conv_pixel_lanes(ctx, epilogue)
 
 
