@@ -155,34 +155,58 @@ def device_info(d: Any, peaks: Any = None) -> DeviceInfo:
         stream_gbps=peaks.stream_gbps if peaks else 0.0,
         copy_gbps=peaks.gbps if peaks else 0.0,
         int8_dot=int8_dot(d) if cpu else "",
+        byte_permute=byte_permute(d) if cpu else "",
     )
 
 
 # A function given the target attribute may use the instructions the device compiler's own CPU name leaves
-# out (PoCL 3.1 targets a Sapphire Rapids as skylake-avx512, without VNNI): the 8-bit dot product of the
-# integer contractions (kernels/qdot.py) lives in such a function, called from the kernel.
-DOT_PROBE = """__attribute__((target("avx512vnni")))
+# out (PoCL 3.1 targets a Sapphire Rapids as skylake-avx512, without VNNI or VBMI): the 8-bit dot product
+# of the integer contractions (kernels/qdot.py, `vpdpbusd`) and the byte permute of the table lookups
+# (kernels/gather.py, `vpermi2b`: 64 bytes picked from two 64-byte tables by 7-bit indices, a 256-entry
+# byte table in three instructions for 64 elements) live in such functions, called from the kernels. One
+# probe program holds a kernel for each; a feature is used where the process's CPU has it (PoCL's CPU
+# devices run on it) and its kernel computes right.
+PROBES = """typedef char tessel_c64 __attribute__((ext_vector_type(64)));
+__attribute__((target("avx512vnni")))
 static void dot(const __global int16* a, const __global int16* b, __global int16* c) {
     c[0] = __builtin_ia32_vpdpbusd512((int16)(7), a[0], b[0]);
 }
-__kernel void probe(const __global int16* a, const __global int16* b, __global int16* c) { dot(a, b, c); }
+__kernel void probe_avx512vnni(const __global int16* a, const __global int16* b, __global int16* c) {
+    dot(a, b, c);
+}
+__attribute__((target("avx512vbmi")))
+static void perm(const __global tessel_c64* t, __global tessel_c64* c) {
+    c[0] = __builtin_ia32_vpermi2varqi512(t[0], t[2], t[1]);
+}
+__kernel void probe_avx512vbmi(const __global tessel_c64* t, __global tessel_c64* c) { perm(t, c); }
 """
+# the numpy CPU features each needs, and the environment variable that turns it off
+FEATURES = {"avx512vnni": (("AVX512VNNI", "AVX512BW"), "TESSEL_INT8_DOT"),
+            "avx512vbmi": (("AVX512VBMI", "AVX512BW"), "TESSEL_BYTE_PERMUTE")}
 
 
 def int8_dot(d: Any) -> str:
-    """"avx512vnni" where device `d` is PoCL on an x86-64 CPU with AVX-512 VNNI (as the process's CPU
-    reports it: PoCL's CPU devices run on it) and a probe kernel built with that target attribute computes
-    its dot product right; "" elsewhere, or with TESSEL_INT8_DOT=0."""
+    """"avx512vnni" where device `d` is PoCL on an x86-64 CPU with AVX-512 VNNI and the probe computes its
+    dot product right; "" elsewhere, or with TESSEL_INT8_DOT=0."""
+    return _feature(d, "avx512vnni")
+
+
+def byte_permute(d: Any) -> str:
+    """"avx512vbmi" where device `d` is PoCL on an x86-64 CPU with AVX-512 VBMI and the probe permutes
+    right; "" elsewhere, or with TESSEL_BYTE_PERMUTE=0."""
+    return _feature(d, "avx512vbmi")
+
+
+def _feature(d: Any, name: str) -> str:
     import platform
 
-    if os.environ.get("TESSEL_INT8_DOT", "1").strip().lower() in ("0", "no", "off", "none"):
+    needs, switch = FEATURES[name]
+    if os.environ.get(switch, "1").strip().lower() in ("0", "no", "off", "none"):
         return ""
     x86 = platform.machine().lower() in ("x86_64", "amd64")
-    if _pocl_driver(d) is None or not x86 or simd_floats(d) < 16:
+    if _pocl_driver(d) is None or not x86 or simd_floats(d) < 16 or not _host_features(*needs):
         return ""
-    if not _host_features("AVX512VNNI", "AVX512BW"):
-        return ""
-    return "avx512vnni" if _dot_probe(d) else ""
+    return name if name in _probed(d) else ""
 
 
 def missing_features(source: str, d: Any) -> list[str]:
@@ -192,7 +216,7 @@ def missing_features(source: str, d: Any) -> list[str]:
 
     wanted = {f.strip() for m in re.findall(r'__attribute__\(\(target\("([^"]*)"\)\)\)', source)
               for f in m.split(",")}
-    have = {int8_dot(d)} - {""}
+    have = {_feature(d, f) for f in FEATURES} - {""}
     return sorted(wanted - have)
 
 
@@ -206,28 +230,42 @@ def _host_features(*names: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _dot_probe(d: Any) -> bool:
+def _probed(d: Any) -> frozenset[str]:
+    """The features of FEATURES whose probe kernel computes right on device `d`: the program built once,
+    only the kernels of features the process's CPU has run (another would stop it with an illegal
+    instruction); none where the build fails."""
     import numpy as np
 
     pcl = cl()
+    ok = set()
     try:
         ctx = context_for(d)
         queue = pcl.CommandQueue(ctx, d)
-        a = np.arange(64, dtype=np.uint8)
-        b = (np.arange(64) % 7 - 3).astype(np.int8)
+        prog = pcl.Program(ctx, PROBES).build(devices=[d])
         mf = pcl.mem_flags
-        ab = pcl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
-        bb = pcl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
-        cb = pcl.Buffer(ctx, mf.WRITE_ONLY, 64)
-        prog = pcl.Program(ctx, DOT_PROBE).build(devices=[d])
-        pcl.Kernel(prog, "probe")(queue, (1,), (1,), ab, bb, cb)
-        out = np.empty(16, np.int32)
-        pcl.enqueue_copy(queue, out, cb)
-        queue.finish()
-    except Exception:  # noqa: BLE001 - any failure means: do not use it
-        return False
-    want = 7 + (a.astype(np.int32) * b.astype(np.int32)).reshape(16, 4).sum(axis=1)
-    return bool(np.array_equal(out, want))
+
+        def run(name: str, inputs: list[Any], out: Any) -> Any:
+            bufs = [pcl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a) for a in inputs]
+            ob = pcl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
+            pcl.Kernel(prog, f"probe_{name}")(queue, (1,), (1,), *bufs, ob)
+            pcl.enqueue_copy(queue, out, ob)
+            queue.finish()
+            return out
+
+        if _host_features(*FEATURES["avx512vnni"][0]):
+            a = np.arange(64, dtype=np.uint8)
+            b = (np.arange(64) % 7 - 3).astype(np.int8)
+            want = 7 + (a.astype(np.int32) * b.astype(np.int32)).reshape(16, 4).sum(axis=1)
+            if np.array_equal(run("avx512vnni", [a, b], np.empty(16, np.int32)), want):
+                ok.add("avx512vnni")
+        if _host_features(*FEATURES["avx512vbmi"][0]):
+            t = np.random.default_rng(0).integers(-128, 128, 192).astype(np.int8)  # two tables, the indices
+            want = t[:128][t[128:].view(np.uint8) & 127]
+            if np.array_equal(run("avx512vbmi", [t], np.empty(64, np.int8)), want):
+                ok.add("avx512vbmi")
+    except Exception:  # noqa: BLE001 - any failure means: do not use them
+        return frozenset()
+    return frozenset(ok)
 
 
 def simd_floats(d: Any) -> int:

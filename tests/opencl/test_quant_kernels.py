@@ -586,14 +586,33 @@ def test_pointwise_integer_conv_is_a_pixel_gemm(case: Conv, schedule: dict[str, 
         lower_op("qconv2d", [TensorType.of(a) for a in inputs], attrs, schedule={"rows": 5})
 
 
-@pytest.mark.parametrize("x, shape, table", [("ui8", (1, 4, 8, 9), "ui8"), ("i8", (3, 37), "f32"),
-                                             ("i8", (5,), "i8"), ("ui8", (2, 0), "ui8")])
-def test_lookup(x: str, shape: tuple[int, ...], table: str) -> None:
+LOOKUPS = [("ui8", (1, 4, 8, 9), "ui8"), ("i8", (3, 37), "f32"), ("i8", (5,), "i8"), ("ui8", (2, 0), "ui8"),
+           ("i8", (2, 3, 19, 23), "ui8"), ("ui8", (64,), "i8"), ("ui8", (1, 96, 12, 12), "ui8")]
+
+
+@pytest.mark.parametrize("permute", [False, True])
+@pytest.mark.parametrize("x, shape, table", LOOKUPS)
+def test_lookup(x: str, shape: tuple[int, ...], table: str, permute: bool) -> None:
     """table[x] (fold-lookup's tabulated chains): x's byte read as unsigned, 16 elements a work-item and
-    the tail one at a time; exact."""
+    the tail one at a time; with the device's byte permute (AVX-512 VBMI), a byte table of 64 elements or
+    more 64 at a time, the last 64 ending at the end (skips where the device has none); exact."""
+    import dataclasses
+
+    from tessel.targets.opencl.kernels.gather import PERMUTE
+
+    from .conftest import here
+
+    info = here()
+    if permute and info.byte_permute != PERMUTE:
+        pytest.skip("the device has no byte permute")
+    info = info if permute else dataclasses.replace(info, byte_permute="")
     rng = rng_for("lookup", x, str(shape), table)
     t = ints(rng, (256,), table) if table != "f32" else rng.standard_normal(256).astype(np.float32)
-    check_op("lookup", [ints(rng, shape, x), t], {}, constant=(False, True))
+    xs = ints(rng, shape, x)
+    low = lower_op("lookup", [TensorType.of(xs), TensorType.of(t)], {}, info=info)[1]
+    permuted = permute and table != "f32" and xs.size >= 64
+    assert low.schedule.get("vector") == (64 if permuted else 16 if xs.size else None), low.schedule
+    check_op("lookup", [xs, t], {}, constant=(False, True), info=info)
 
 
 DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 3 channel lanes, 2 band, 1

@@ -57,6 +57,9 @@ class DeviceInfo:
     # the 8-bit dot product the device compiler may use in a function with that target attribute
     # ("avx512vnni": x86 `vpdpbusd` on 512-bit vectors; "": none), device.int8_dot's probe
     int8_dot: str = ""
+    # the byte permute a lookup may use in a function with that target attribute ("avx512vbmi": x86
+    # `vpermi2b`; "": none), device.byte_permute's probe
+    byte_permute: str = ""
 
     @staticmethod
     def generic() -> DeviceInfo:

@@ -153,16 +153,22 @@ __kernel void KERNEL(__global const {I}* restrict in1, __global const {T}* restr
     return Lowered([copy, Kernel(src, k.global_size, k.local_size, ("in1", "in2", "out0"))])
 
 
+PERMUTE = "avx512vbmi"
+
+
 @template("lookup")
 def lookup(ctx: Ctx) -> Lowered:
     """table[x], x's byte read as unsigned: 16 elements a work-item, the table (256 elements) read from
-    global memory, where it stays in the L1 cache."""
+    global memory, where it stays in the L1 cache; a byte table on a device with the byte permute
+    (device.byte_permute), 64 elements a work-item by `permuted_lookup`."""
     require_static(*ctx.operands, *ctx.results)
     x, table = ctx.operands
     y = ctx.results[0]
     T, n = ctype(table), x.numel
     if not n:
         return one_kernel(empty_kernel("lookup", T))
+    if ctx.device.byte_permute == PERMUTE and table.itemsize == 1 and n >= 64:
+        return permuted_lookup(ctx)
     idx = index_type(x, y)
     lanes = ", ".join(f"in1[u.s{'0123456789abcdef'[j]}]" for j in range(16))
     src = f"""// lookup: out0[i] = in1[(uchar)in0[i]] over {n} elements, 16 a work-item
@@ -180,3 +186,38 @@ __kernel void KERNEL(__global const {ctype(x)}* restrict in0, __global const {T}
     launch = launch_1d(n, 16)
     launch.source = src
     return Lowered([launch], schedule={"vector": 16})
+
+
+def permuted_lookup(ctx: Ctx) -> Lowered:
+    """A byte table by AVX-512 VBMI's byte permute: 64 elements a work-item, the table in four 64-byte
+    vectors, `vpermi2b` picking from the first two and from the last two by the index's low 7 bits and its
+    top bit choosing between them: three instructions for 64 elements, in a function given the target
+    attribute (PoCL's CPU name may leave VBMI out). The last work-item ends at the tensor's end,
+    overlapping the one before (tensors of 64 elements or more)."""
+    x, table = ctx.operands
+    y = ctx.results[0]
+    n = x.numel
+    idx = index_type(x, y)
+    src = f"""typedef char KERNEL_c64 __attribute__((ext_vector_type(64)));
+typedef KERNEL_c64 KERNEL_c64u __attribute__((aligned(1)));
+__attribute__((target("{PERMUTE}")))
+static void KERNEL_permute(const __global KERNEL_c64u* x, const __global KERNEL_c64u* t,
+                           __global KERNEL_c64u* y) {{
+    const KERNEL_c64 i = x[0];
+    const KERNEL_c64 lo = __builtin_ia32_vpermi2varqi512(t[0], i, t[1]);
+    const KERNEL_c64 hi = __builtin_ia32_vpermi2varqi512(t[2], i, t[3]);
+    y[0] = i < (KERNEL_c64)(0) ? hi : lo;
+}}
+
+// lookup: out0[i] = in1[(uchar)in0[i]] over {n} elements, 64 a work-item by byte permutes
+__kernel void KERNEL(__global const {ctype(x)}* restrict in0, __global const {ctype(table)}* restrict in1,
+                     __global {ctype(y)}* restrict out0) {{
+    if (({idx})get_global_id(0) * 64 >= {n}) return;
+    const {idx} i = min(({idx})get_global_id(0) * 64, ({idx}){n - 64});
+    KERNEL_permute((const __global KERNEL_c64u*)(in0 + i), (const __global KERNEL_c64u*)in1,
+                   (__global KERNEL_c64u*)(out0 + i));
+}}
+"""
+    launch = launch_1d(n, 64)
+    launch.source = src
+    return Lowered([launch], schedule={"vector": 64})
