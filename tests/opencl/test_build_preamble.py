@@ -6,17 +6,14 @@ every kind of float (halves, -0.0, 2^23 and past, inf, NaN), doubles through the
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from tessel.targets.opencl import device as dev
 
-from .conftest import here
+from .conftest import here, pocl_probe
 
 TYPES = {"char": np.int8, "uchar": np.uint8, "short": np.int16, "ushort": np.uint16, "int": np.int32,
          "float": np.float32}
@@ -153,13 +150,7 @@ def test_disassembly(tmp_path) -> None:  # noqa: ANN001
     """Disassembling PoCL's cache: with the preamble a uchar16 vstore16 stores no single byte (PoCL 3.1's
     builtin stored the 16 bytes one by one), and rint of a float16 converts nothing to integers (PoCL's
     emulation truncated with vcvttps2dq and fixed up). Skips on other devices and without objdump."""
-    if dev.opencl_available() is not None or shutil.which("objdump") is None:
-        pytest.skip("needs an OpenCL device and objdump")
-    if "Portable Computing Language" not in dev.pick_device().platform.name:
-        pytest.skip("reads PoCL's kernel cache")
-    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env,
-                         check=True).stdout
+    out = pocl_probe(tmp_path, PROBE)
     so = dict(line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("so "))
 
     def body(name: str) -> str:

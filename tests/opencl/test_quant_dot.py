@@ -8,11 +8,7 @@ devices without it."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,6 +16,7 @@ from tessel.ir.types import TensorType
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.kernels.testing import check_op, lower_op
 
+from .conftest import pocl_probe
 from .test_quant_kernels import (
     Conv,
     Matmul,
@@ -206,11 +203,7 @@ for so in glob.glob(os.path.join(os.environ["POCL_CACHE_DIR"], "**", "*conv2d_in
 def test_the_inner_loop_is_vpdpbusd(tmp_path) -> None:  # noqa: ANN001
     """Disassembling PoCL's cache: the channel-lane kernel's inner loop is vpdpbusd, with no 16-bit
     multiply-add or 32-bit multiply left. Skips without VNNI or objdump."""
-    if shutil.which("objdump") is None:
-        pytest.skip("needs objdump")
-    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", DOT_PROBE], capture_output=True, text=True, env=env,
-                         check=True).stdout
+    out = pocl_probe(tmp_path, DOT_PROBE)
     main = [line.split()[2:] for line in out.splitlines() if re.match(r"so .*_conv2d_integer", line)]
     assert main, out
     assert any(v == ["True", "False"] for v in main), out

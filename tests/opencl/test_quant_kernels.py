@@ -539,20 +539,10 @@ def test_paired_channel_conv_multiplies_pairs_with_vpmaddwd(tmp_path) -> None:  
     """Disassembling PoCL's cache: where the device compiler targets AVX-512BW or AVX2, the paired-channel
     integer conv's inner loop is vpmaddwd (16-bit pair multiply-adds), not vpmulld. Skips on other
     devices and without objdump."""
-    import os
-    import shutil
-    import subprocess
-    import sys
 
-    from tessel.targets.opencl import device
+    from .conftest import pocl_probe
 
-    if device.opencl_available() is not None or shutil.which("objdump") is None:
-        pytest.skip("needs an OpenCL device and objdump")
-    if "Portable Computing Language" not in device.pick_device().platform.name:
-        pytest.skip("reads PoCL's kernel cache")
-    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", PAIRS_PROBE], capture_output=True, text=True, env=env,
-                         check=True).stdout
+    out = pocl_probe(tmp_path, PAIRS_PROBE)
     isa = int(re.search(r"isa (\d+)", out).group(1))  # type: ignore[union-attr]
     if not isa:
         pytest.skip("the device compiler targets neither AVX-512BW nor AVX2")
