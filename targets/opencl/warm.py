@@ -85,8 +85,7 @@ def warm(path: str) -> None:
     context = dev.context_for(device)  # as the parent's: with the inline companion where there is one
     queue = cl.CommandQueue(context, device)
     source = dev.with_build_preamble(job["source"], [device])  # as runtime.build_program builds it
-    program = cl.Program(context, source).build(options=job["options"], devices=[device],
-                                                       cache_dir=False)
+    program = cl.Program(context, source).build(options=job["options"], devices=[device], cache_dir=False)
     for name, global_size, local_size, sizes in job["steps"]:
         kernel = cl.Kernel(program, name)
         buffers = []

@@ -193,20 +193,34 @@ def permuted_lookup(ctx: Ctx) -> Lowered:
     vectors, `vpermi2b` picking from the first two and from the last two by the index's low 7 bits and its
     top bit choosing between them: three instructions for 64 elements, in a function given the target
     attribute (PoCL's CPU name may leave VBMI out). The last work-item ends at the tensor's end,
-    overlapping the one before (tensors of 64 elements or more)."""
+    overlapping the one before (tensors of 64 elements or more). Loads and stores are vload16 / vstore16
+    of the operands' own types (what --check-bounds instruments), joined and split by shuffles."""
     x, table = ctx.operands
     y = ctx.results[0]
     n = x.numel
     idx = index_type(x, y)
-    src = f"""typedef char KERNEL_c64 __attribute__((ext_vector_type(64)));
-typedef KERNEL_c64 KERNEL_c64u __attribute__((aligned(1)));
+
+    def lanes(lo: int, hi: int) -> str:
+        return ", ".join(str(j) for j in range(lo, hi))
+
+    def joined(p: str, at: str, first: int) -> str:
+        parts = [f"as_char16(vload16({first + k}, {p}{at}))" for k in range(4)]
+        return f"KERNEL_CAT4({', '.join(parts)})"
+
+    yt = ctype(y)
+    stores = "\n".join(f"    vstore16(__builtin_astype(__builtin_shufflevector(r, r, "
+                       f"{lanes(16 * k, 16 * k + 16)}), {yt}16), {k}, out0 + i);" for k in range(4))
+    src = f"""typedef char KERNEL_c32 __attribute__((ext_vector_type(32)));
+typedef char KERNEL_c64 __attribute__((ext_vector_type(64)));
+#define KERNEL_CAT2(a, b) __builtin_astype(__builtin_shufflevector(a, b, \\
+    {lanes(0, 32)}), KERNEL_c32)
+#define KERNEL_CAT4(a, b, c, d) __builtin_astype(__builtin_shufflevector(KERNEL_CAT2(a, b), \\
+    KERNEL_CAT2(c, d), {lanes(0, 64)}), KERNEL_c64)
 __attribute__((target("{PERMUTE}")))
-static void KERNEL_permute(const __global KERNEL_c64u* x, const __global KERNEL_c64u* t,
-                           __global KERNEL_c64u* y) {{
-    const KERNEL_c64 i = x[0];
-    const KERNEL_c64 lo = __builtin_ia32_vpermi2varqi512(t[0], i, t[1]);
-    const KERNEL_c64 hi = __builtin_ia32_vpermi2varqi512(t[2], i, t[3]);
-    y[0] = i < (KERNEL_c64)(0) ? hi : lo;
+static KERNEL_c64 KERNEL_permute(KERNEL_c64 i, KERNEL_c64 t0, KERNEL_c64 t1, KERNEL_c64 t2, KERNEL_c64 t3) {{
+    const KERNEL_c64 lo = __builtin_ia32_vpermi2varqi512(t0, i, t1);
+    const KERNEL_c64 hi = __builtin_ia32_vpermi2varqi512(t2, i, t3);
+    return i < (KERNEL_c64)(0) ? hi : lo;
 }}
 
 // lookup: out0[i] = in1[(uchar)in0[i]] over {n} elements, 64 a work-item by byte permutes
@@ -214,8 +228,10 @@ __kernel void KERNEL(__global const {ctype(x)}* restrict in0, __global const {ct
                      __global {ctype(y)}* restrict out0) {{
     if (({idx})get_global_id(0) * 64 >= {n}) return;
     const {idx} i = min(({idx})get_global_id(0) * 64, ({idx}){n - 64});
-    KERNEL_permute((const __global KERNEL_c64u*)(in0 + i), (const __global KERNEL_c64u*)in1,
-                   (__global KERNEL_c64u*)(out0 + i));
+    const KERNEL_c64 r = KERNEL_permute({joined("in0", " + i", 0)},
+        {joined("in1", "", 0)}, {joined("in1", "", 4)},
+        {joined("in1", "", 8)}, {joined("in1", "", 12)});
+{stores}
 }}
 """
     launch = launch_1d(n, 64)
