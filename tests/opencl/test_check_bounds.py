@@ -268,3 +268,38 @@ def test_the_first_wrong_launch_counts_the_poison_it_left() -> None:
     assert note is not None
     assert note.startswith(f"the first launch whose results differ is kernel {name} (ONNX node Relu_1): ")
     assert note.endswith("; 32 of them hold the poison pattern: memory no kernel wrote)")
+
+
+QUANTIZED = """module @q {
+  func @main(%x: tensor<1x32x7x7xui8>, %t: tensor<256xui8>) -> tensor<1x32x7x7xui8> {
+    %w = const {value = dense<3> : tensor<32x1x3x3xi8>} : () -> tensor<32x1x3x3xi8>
+    %xz = const {value = dense<128> : tensor<ui8>} : () -> tensor<ui8>
+    %wz = const {value = dense<0> : tensor<i8>} : () -> tensor<i8>
+    %s = const {value = dense<0.01> : tensor<32xf32>} : () -> tensor<32xf32>
+    %yz = const {value = dense<120> : tensor<ui8>} : () -> tensor<ui8>
+    %c = qconv2d %x, %w, %xz, %wz, %s, %yz {groups = 32, pads = [1, 1, 1, 1], strides = [1, 1]} : \
+(tensor<1x32x7x7xui8>, tensor<32x1x3x3xi8>, tensor<ui8>, tensor<i8>, tensor<32xf32>, tensor<ui8>) -> \
+tensor<1x32x7x7xui8> loc("onnx:Conv_0")
+    %y = lookup %c, %t : (tensor<1x32x7x7xui8>, tensor<256xui8>) -> tensor<1x32x7x7xui8> loc("onnx:Lookup_1")
+    return %y : tensor<1x32x7x7xui8>
+  }
+}"""
+
+
+def test_the_integer_kernels_with_shuffles_run_checked_and_match() -> None:
+    """The depthwise conv with 16 channels in the lanes (its repack and stores transposed by shuffles)
+    and, where the device has the byte permute, the 64-element lookup (its loads joined by shuffles) are
+    instrumented like any kernel and compute what the unchecked module does."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (1, 32, 7, 7)).astype(np.uint8)
+    t = rng.integers(0, 256, 256).astype(np.uint8)
+    outs = []
+    for bounds in (True, False):
+        m = parse_module(QUANTIZED, "<test>")
+        lower_module(m, here(), check_bounds=bounds)
+        source = m.funcs[0].block.ops[0].attrs["source"]
+        assert "16 channels (lanes)" in source
+        assert ("vpermi2varqi512" in source) == (here().byte_permute == "avx512vbmi")
+        (y,) = Executable(m, m.funcs[0]).run([x, t])
+        outs.append(y)
+    np.testing.assert_array_equal(outs[0], outs[1])
