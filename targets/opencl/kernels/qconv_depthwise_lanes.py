@@ -24,6 +24,7 @@ from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
 from .fused_chain import LANES
 from .gemm import Epilogue
 from .qconv_pairs import channel_lane_kernel, channel_lane_stores
+from .shuffles import interleave, transpose16
 
 
 def row_use(wo: int) -> float:
@@ -45,45 +46,6 @@ def lanes_pay(ctx: Ctx) -> bool:
     x, w = ctx.operands[:2]
     c, wo = x.dims[1], ctx.results[0].dims[3]
     return w.dims[0] == c and row_use(wo) <= 0.5 and row_use(wo) < channel_use(c)
-
-
-# The byte interleaves as clang's `__builtin_shufflevector` with constant lanes (one LLVM shufflevector:
-# `vpunpcklbw`); OpenCL's shuffle2, a PoCL library call with its mask as a vector, measured 3-5x slower.
-# Other compilers get shuffle2.
-_LO = ", ".join(f"{i}, {i + 16}" for i in range(8))
-_HI = ", ".join(f"{i}, {i + 16}" for i in range(8, 16))
-INTERLEAVE = f"""#if defined(__clang__)
-#define KERNEL_ZIP_LO(a, b) __builtin_shufflevector(a, b, \\
-    {_LO})
-#define KERNEL_ZIP_HI(a, b) __builtin_shufflevector(a, b, \\
-    {_HI})
-#else
-#define KERNEL_ZIP_LO(a, b) shuffle2(a, b, (KERNEL_MASK)({_LO}))
-#define KERNEL_ZIP_HI(a, b) shuffle2(a, b, (KERNEL_MASK)({_HI}))
-#endif
-"""
-
-
-def transpose16(names: list[str], out: str, et: str) -> list[str]:
-    """Statements declaring `out`0..15 (`et`16) as the transpose of the 16 vectors `names` (lane j of
-    out<i> = lane i of names[j]; a name "" is a vector of zeros): four rounds of byte interleaves of
-    vectors k and k + 8 (x86 `vpunpcklbw` / `vpunpckhbw`, 64 for 256 bytes; INTERLEAVE's macros)."""
-    cur = [n or f"(({et}16)(0))" for n in names]
-    lines = []
-    for r in range(4):
-        nxt = [f"{out}{r}_{i}" if r < 3 else f"{out}{i}" for i in range(16)]
-        for k in range(8):
-            a, b = cur[k], cur[k + 8]
-            lines.append(f"const {et}16 {nxt[2 * k]} = KERNEL_ZIP_LO({a}, {b});")
-            lines.append(f"const {et}16 {nxt[2 * k + 1]} = KERNEL_ZIP_HI({a}, {b});")
-        cur = nxt
-    return lines
-
-
-def interleave(et: str) -> str:
-    """INTERLEAVE for vectors of `et` (shuffle2's mask type: the unsigned type of its size)."""
-    mask = {"char": "uchar", "short": "ushort", "int": "uint", "float": "uint"}.get(et, et) + "16"
-    return f"#define KERNEL_MASK {mask}\n{INTERLEAVE}"
 
 
 def _repack(ctx: Ctx, geo: Any, cb: int) -> Kernel:

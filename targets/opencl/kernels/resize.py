@@ -28,6 +28,7 @@ from .base import (
     template,
 )
 from .movement import CopySpec, Term, copy_kernel, elem
+from .shuffles import interleave
 
 FLOATS = ("f32", "f64")
 
@@ -298,12 +299,10 @@ def _doubled(t: dict[str, np.ndarray], w: int) -> Doubled | None:
 
 def _interleaved(d: Doubled, src: str, wo: int, scalar: str, sums: list[str] | None = None) -> list[str]:
     """The row's columns: 16 source columns a step give 32 outputs (both phases as vectors, or `sums`'
-    statements computing v0 and v1 from `s` when given, interleaved by shuffle2; the last step ends at the
+    statements computing v0 and v1 from `s` when given, interleaved (shuffles.py); the last step ends at the
     run's end, overlapping the one before), the columns before and after the run through the tables
     (`scalar`, with `ox`)."""
     i0, i1, phases = d
-    lo_mask = ", ".join(f"{k}, {k + 16}" for k in range(8))
-    hi_mask = ", ".join(f"{k}, {k + 16}" for k in range(8, 16))
 
     def phase(j: int) -> str:
         dl, dh, a, b = phases[j]
@@ -322,11 +321,12 @@ def _interleaved(d: Doubled, src: str, wo: int, scalar: str, sums: list[str] | N
         f"    for (int i = {i0}; i < {i1}; i += 16) {{",
         f"        const int s = min(i, {i1 - 16});",
         f"        {both}",
-        f"        vstore16(shuffle2(e, {odd}, (uint16)({lo_mask})), 0, dst + 2 * s);",
-        f"        vstore16(shuffle2(e, {odd}, (uint16)({hi_mask})), 0, dst + 2 * s + 16);",
+        f"        vstore16(KERNEL_ZIP_LO(e, {odd}), 0, dst + 2 * s);",
+        f"        vstore16(KERNEL_ZIP_HI(e, {odd}), 0, dst + 2 * s + 16);",
         "    }"] + ([f"    for (int ox = {2 * i1}; ox < {wo}; ++ox) {scalar}"] if 2 * i1 < wo else [])
 
 
 def _launch(lines: list[str], rows: int) -> Kernel:
     k = launch_1d(rows)
-    return Kernel("\n".join(lines) + "\n", k.global_size, k.local_size)
+    head = interleave("float") if any("KERNEL_ZIP_" in line for line in lines) else ""
+    return Kernel(head + "\n".join(lines) + "\n", k.global_size, k.local_size)
