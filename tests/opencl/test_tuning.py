@@ -440,3 +440,27 @@ def test_a_slower_tuned_model_keeps_the_defaults(monkeypatch: pytest.MonkeyPatch
     assert kernels and all(r.schedule == {} and r.best_us == r.default_us for r in kernels)
     assert "slower, this run's kernels keep their defaults" in report.confirm and report.improved == 0
     assert [r.schedule for r in records if r.kind == "model"] == [{"execution": "pool"}]
+
+
+@pytest.mark.parametrize("hw, kind", [(7, 3), (20, 2)])
+def test_the_integer_depthwise_space_offers_the_other_kernel(hw: int, kind: int) -> None:
+    """qconv2d's depthwise space: the default kernel's own knob (columns in the lanes kernel, rows in the
+    band kernel) and the other kernel as extra points; every point lowers; other integer convs have none."""
+    import dataclasses
+
+    from tessel.targets.opencl.kernels.base import TEMPLATES
+
+    def q(*dims: int, dtype: str = "ui8") -> TensorType:
+        return TensorType(dims, dtype)
+
+    types = [q(1, 32, hw, hw), q(32, 1, 3, 3, dtype="i8"), q(), q(dtype="i8"), TensorType((32,), "f32"), q()]
+    attrs = {"pads": [1, 1, 1, 1], "groups": 32}
+    ctx, low, sp = _space("qconv2d", types, attrs, (False, True, True, True, True, True))
+    assert low.schedule["depthwise"] == kind and sp is not None and sp.version == "qconv2d-depthwise/1"
+    assert {p.get("depthwise") for p in sp.extra} == {5 - kind}
+    for p in [*sp.points(), *sp.extra]:
+        assert TEMPLATES["qconv2d"](dataclasses.replace(ctx, schedule=dict(p))).schedule["depthwise"] == \
+            p.get("depthwise", kind)
+    dense = [q(1, 32, hw, hw), q(32, 32, 3, 3, dtype="i8"), q(), q(dtype="i8"), TensorType((32,), "f32"), q()]
+    assert _space("qconv2d", dense, {"pads": [1, 1, 1, 1]}, (False, True, True, True, True, True))[2] \
+        is None

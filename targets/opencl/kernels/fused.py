@@ -61,7 +61,7 @@ def fused(ctx: Ctx) -> Lowered:
 def kernel_space(ctx: Ctx, default: Lowered) -> SchedSpace | None:
     """A fused region is tuned by the knobs of its anchor (the contraction or attention its chain hangs
     on; the last one when an expansion feeds a depthwise conv): its space, with the region's shapes."""
-    anchors = [op for op in ctx.body.ops if op.name in ("conv2d", "matmul", "gemm", "attention")]
+    anchors = [op for op in ctx.body.ops if op.name in ("conv2d", "matmul", "gemm", "attention", "qconv2d")]
     if not anchors:
         return None
     anchor = anchors[-1]

@@ -29,6 +29,7 @@ from typing import Any
 from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
 from .fused_chain import LANES
 from .gemm import Epilogue
+from .qconv_depthwise_lanes import conv_depthwise_lanes, lanes_pay  # and the integer depthwise space
 
 MAX_TAPS = 256  # 256 * 255 * 255 < 2^24: the f32 sums stay exact
 
@@ -225,7 +226,6 @@ def conv_depthwise(ctx: Ctx, epilogue: Epilogue | None = None,
     lanes, 2 (default elsewhere where the band fits local memory) the band kernel, 1 the repack launch and
     the main kernel reading its scratch; `rows` output rows an item (1..8)."""
     from . import qlinear as q
-    from .qconv_depthwise_lanes import conv_depthwise_lanes, lanes_pay
 
     kind = int(ctx.schedule.get("depthwise", 3 if lanes_pay(ctx) else 2))
     if kind == 3:

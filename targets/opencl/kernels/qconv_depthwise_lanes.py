@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..space import Knob, Space, around, space
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
 from .fused_chain import LANES
 from .gemm import Epilogue
@@ -201,3 +202,25 @@ __kernel void KERNEL({q._params(ctx, "__global const float* restrict tmp0")}) {{
     low.pack[1] = PackSpec((0,), (16,), reshape=(c, geo.kh, geo.kw))
     low.flops_kernel = 1
     return low
+
+
+@space("qconv2d", "conv2d_integer")
+def depthwise_space(ctx: Ctx, default: Lowered) -> Space | None:
+    """The integer depthwise conv (one output channel an input channel): the kernel (3: channels in the
+    lanes, 2: the band of rows), the lanes kernel's columns an item, the band kernel's rows an item; the
+    tuner corrects the default's rule (rows of 8 columns or fewer) on a CPU where it is off. Other integer
+    convs have no space."""
+    chosen = default.schedule
+    kind = chosen.get("depthwise")
+    x, w = ctx.operands[:2]
+    if kind not in (2, 3) or w.dims[0] != x.dims[1]:
+        return None
+    wo = ctx.results[0].dims[3]
+    cols = tuple(p for p in (4, 8, 16) if p <= wo) or (wo,)
+    if kind == 3:
+        return Space("qconv2d-depthwise/1", [Knob("cols", around(int(chosen["cols"]), 1, 16, cols),
+                                                  "output columns an item (16 channels in the lanes)")],
+                     {"cols": chosen["cols"]}, extra=[{"depthwise": 2, "rows": r} for r in (2, 4)])
+    rows = around(int(chosen["rows"]), 1, min(8, ctx.results[0].dims[2]), (1, 2, 4, 8))
+    return Space("qconv2d-depthwise/1", [Knob("rows", rows, "output rows an item (16 columns in the lanes)")],
+                 {"rows": chosen["rows"]}, extra=[{"depthwise": 3, "cols": c} for c in cols])
