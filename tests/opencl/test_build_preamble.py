@@ -2,7 +2,7 @@
 after the extension pragmas; the IR's program source does not hold it): vstore8 / vstore16 of chars and
 shorts as one unaligned vector store, every other type through the builtin, each writing exactly its
 elements at any offset in each address space; rint of floats by the 2^23 addition, equal to numpy's for
-every kind of float (halves, -0.0, 2^23 and past, inf, NaN), doubles through the builtin."""
+every kind of float (halves, -0.0, 2^23 and past, inf, NaN), doubles and halves through the builtin."""
 
 from __future__ import annotations
 
@@ -100,18 +100,20 @@ def test_rint_is_numpys(n: int) -> None:
     np.testing.assert_array_equal(y[~nan].view(np.uint32), want[~nan].view(np.uint32))  # -0.0 too
 
 
-def test_rint_of_doubles_is_the_builtin() -> None:
+@pytest.mark.parametrize("t", ["double", "half"])
+def test_rint_of_doubles_and_halves_is_the_builtin(t: str) -> None:
     import pyopencl as cl
 
-    if not here().fp64:
-        pytest.skip("no cl_khr_fp64")
+    if not (here().fp64 if t == "double" else here().fp16):
+        pytest.skip(f"no {t} on this device")
     device = dev.pick_device()
     ctx = dev.context_for(device)
     queue = cl.CommandQueue(ctx, device)
-    src = dev.preamble(here()) + "__kernel void k(__global const double* x, __global double* y) { " \
-        "y[get_global_id(0)] = rint(x[get_global_id(0)]); }"
+    src = dev.preamble(here()) + f"__kernel void k(__global const {t}* x, __global {t}* y) {{ " \
+        f"const int i = get_global_id(0); y[i] = rint(x[i]); }}"
     prg = cl.Program(ctx, dev.with_build_preamble(src, [device])).build(options=["-w"])
-    x = np.array([0.5, 1.5, -2.5, 2.0**52 + 1, 4503599627370495.5, 1e300], np.float64)
+    big = [2.0**52 + 1, 4503599627370495.5, 1e300] if t == "double" else [1024.5, 2049.0, 60000.0]
+    x = np.array([0.5, 1.5, -2.5, *big], np.float64 if t == "double" else np.float16)
     mf = cl.mem_flags
     xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
     yb = cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes)

@@ -605,6 +605,37 @@ def test_lookup(x: str, shape: tuple[int, ...], table: str, permute: bool) -> No
     check_op("lookup", [xs, t], {}, constant=(False, True), info=info)
 
 
+def test_the_channel_lane_depthwise_kernel_refuses_what_it_cannot_take() -> None:
+    """depthwise=3 takes one output channel an input channel and 1..16 columns an item."""
+    case = Conv("ui8", "i8", 1, 4, (7, 7), 8, 3, pad=(1, 1, 1, 1), groups=4)
+    inputs, attrs = conv_operands(case, rng_for("dw3-refused"))
+    types = [TensorType.of(a) for a in inputs]
+    with pytest.raises(NotLowerable, match="one output channel an input channel"):
+        lower_op("conv2d_integer", types, attrs, schedule={"depthwise": 3})
+    case = Conv("ui8", "i8", 1, 16, (7, 7), 16, 3, pad=(1, 1, 1, 1), groups=16)
+    inputs, attrs = conv_operands(case, rng_for("dw3-refused"))
+    with pytest.raises(NotLowerable, match="cols=17"):
+        lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs,
+                 schedule={"depthwise": 3, "cols": 17})
+
+
+def test_a_module_for_the_byte_permute_is_refused_where_the_device_lacks_it(monkeypatch) -> None:  # noqa: ANN001
+    """A lookup lowered for AVX-512 VBMI would stop the process with an illegal instruction on a CPU
+    without it: the Executable refuses it (TESSEL_BYTE_PERMUTE=0 makes this device one without)."""
+    import dataclasses
+
+    from tessel.ir.diagnostics import DiagnosticError
+    from tessel.targets.opencl.kernels.base import DeviceInfo
+    from tessel.targets.opencl.kernels.testing import run_op
+
+    monkeypatch.setenv("TESSEL_BYTE_PERMUTE", "0")
+    rng = rng_for("vbmi-missing")
+    x, t = ints(rng, (2, 64), "ui8"), ints(rng, (256,), "ui8")
+    info = dataclasses.replace(DeviceInfo.generic(), byte_permute="avx512vbmi")
+    with pytest.raises(DiagnosticError, match="compiled for a device with avx512vbmi"):
+        run_op("lookup", [x, t], {}, info=info, constant=(False, True))
+
+
 DEPTHWISE = [  # a case, its schedule, the kernel taken (schedule `depthwise`: 3 channel lanes, 2 band, 1
     # repacked, 0 integer)
     (Conv("ui8", "i8", 1, 8, (13, 15), 8, 3, pad=(1, 1, 1, 1), groups=8, bias=True, scale_per_channel=True),

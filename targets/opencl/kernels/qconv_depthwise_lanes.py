@@ -8,11 +8,13 @@ x_zero_point as floats with each 16 channels interleaved, [N, ceil(C / 16), Hp, 
 phase-split as qlinear's repack: a tap's inputs for consecutive output columns are consecutive); the
 weights are packed at load time [ceil(C / 16), KH, KW, 16]. A work-item computes `cols` output columns of
 one row for 16 channels: per tap one 64-byte weight vector (loaded once), per column one 64-byte input
-vector and one FMA. The stores are the channel-lane integer convs' (qconv_pairs.channel_lane_stores: a
-column's 16 channels, requantized, lane by lane into their planes, a fused chain across the 16 channels).
+vector and one FMA. With 4, 8 or 16 columns an item the requantized columns are transposed in registers
+(shuffles.transpose16) and each channel's columns stored as one vector; other counts store lane by lane
+(qconv_pairs.channel_lane_stores). A fused chain runs across the 16 channels where every block is whole,
+else along each channel's columns.
 
-`lanes_pay` says where this kernel is the default: where the row kernel's lanes hold fewer real
-columns than these hold real channels.
+`lanes_pay` says where this kernel is the default: rows of 8 columns or fewer (the row kernel's lanes at
+most half used); `depthwise_space` lets the tuner choose the other kernel.
 """
 
 from __future__ import annotations
