@@ -315,6 +315,31 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         rw.replace_op(op, [mul.result])
         return True
 
+    def integer_conv_on_rows(op: Op, rw: Rewriter) -> bool:
+        # qconv2d / conv2d_integer over one column, x [N, C, H, 1] * w [O, C, KH, 1], unpadded along W ->
+        # the same conv over one row, x [N, C, 1, H] * w [O, C, 1, KH] (the same bytes: only the view
+        # changes): an importer's conv1d; the integer kernels put a row's output columns in their lanes
+        x, w = op.operands[:2]
+        y = op.result.type
+        if not (x.type.is_static and w.type.is_static and y.is_static and x.type.rank == 4):
+            return False
+        pads, strides, dil = (list(op.attrs[k]) for k in ("pads", "strides", "dilations"))  # type: ignore
+        if x.type.dims[3] != 1 or w.type.dims[3] != 1 or y.dims[3] != 1 or pads[1] or pads[3] \
+                or x.type.dims[2] == 1:
+            return False
+        n, c, h, _ = x.type.dims
+        attrs = dict(op.attrs, strides=[1, strides[0]], pads=[0, pads[0], 0, pads[2]],
+                     dilations=[1, dil[0]])
+        rows = [rw.create(op, "reshape", [v], [t], {"shape": list(t.dims)}, op.loc).result
+                for v, t in ((x, TensorType((n, c, 1, h), x.type.dtype)),
+                             (w, TensorType((*w.type.dims[:2], 1, w.type.dims[2]), w.type.dtype)))]
+        t = TensorType((*y.dims[:2], 1, y.dims[2]), y.dtype)
+        conv = rw.create(op, op.name, [*rows, *op.operands[2:]], [t], attrs, op.loc)
+        back = rw.create(op, "reshape", [conv.result], [y], {"shape": list(y.dims)}, op.loc)
+        back.result.name = op.result.name
+        rw.replace_op(op, [back.result])
+        return True
+
     patterns: dict[str, list[Pattern]] = {
         "add": [neutral(0.0, True)],
         "sub": [neutral(0.0, False)],
@@ -333,6 +358,8 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         "pad": [noop_pad],
         "slice": [noop_slice],
         "concat": [single_concat],
+        "qconv2d": [integer_conv_on_rows],
+        "conv2d_integer": [integer_conv_on_rows],
     }
     for name, opdef in load_all().items():
         if opdef.has("commutative") and len(opdef.operands) == 2:

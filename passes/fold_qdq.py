@@ -69,6 +69,7 @@ class Quant:
     zero_point: np.ndarray
     zp_value: Value
     op: Op
+    reshape: Op | None = None  # a reshape of the dequantized value the contraction reads through
 
     @property
     def per_tensor(self) -> bool:
@@ -120,6 +121,11 @@ class Folder:
             return False
         if p.name == "dequantize":
             return self.identity(q, out, p, rw)
+        reshape = None
+        if p.name == "reshape" and len(p.result.uses) == 1 and _produced_by(p.operands[0],
+                                                                             (*CONTRACTIONS, "relu", "clip")):
+            reshape, p = p, p.operands[0].op  # a conv1d's squeeze (the importer's conv2d on [N, C, L, 1])
+            assert p is not None
         if p.name in MOVEMENT:
             if self.movement(q, out, p, rw):
                 return True
@@ -136,7 +142,7 @@ class Folder:
         if contraction is None or contraction.name not in CONTRACTIONS:
             self.float_op(p)
             return False
-        found = self.contraction(q, out, contraction, p if p is not contraction else None, lo, hi, rw)
+        found = self.contraction(q, out, contraction, p if p is not contraction else None, lo, hi, rw, reshape)
         if isinstance(found, Refusal):
             self.missed(contraction, found, f"'{contraction.name}'")
             return False
@@ -273,12 +279,42 @@ class Folder:
         hi = z + int(np.rint(b / s)) if np.isfinite(b) else hi
         return max(lo, -(2**31)), min(hi, 2**31 - 1), p.operands[0].op
 
+    def operand(self, v: Value) -> Quant | Refusal:
+        """A contraction's dequantized operand, seen through a reshape that only it reads (the importer's
+        conv1d unsqueezes its input and weights to rank 4 after their dequantizes). A per-channel
+        dequantize is seen through one only where the reshape keeps the channels as its first dim."""
+        r = v.op
+        if r is None or r.name != "reshape" or len(r.result.uses) != 1:
+            return self.params(r, "dequantize")
+        dq = self.params(r.operands[0].op, "dequantize")
+        if isinstance(dq, Refusal):
+            return dq
+        if not dq.per_tensor:
+            before, after = dq.value.type, r.result.type
+            ws = _channel_vector(dq.scale, before, 0)
+            wz = _channel_vector(dq.zero_point, before, 0)
+            if ws is None or wz is None or not after.rank or after.dims[0] != before.dims[0]:
+                return Refusal("per-channel", "a per-channel operand is reshaped across its channels", [r])
+            # broadcast-shaped for the new rank, channels first
+            shape = (before.dims[0],) + (1,) * (after.rank - 1)
+            dq.scale = np.broadcast_to(ws, (before.dims[0],)).reshape(shape)
+            dq.zero_point = np.broadcast_to(wz, (before.dims[0],)).reshape(shape)
+        dq.reshape = r
+        return dq
+
+    def integer(self, d: Quant, anchor: Op, rw: Rewriter) -> Value:
+        """The 8-bit value a contraction reads for d: reshaped as its dequantized value was."""
+        if d.reshape is None:
+            return d.value
+        t = d.reshape.result.type.with_dtype(d.value.type.dtype)
+        return rw.create(anchor, "reshape", [d.value], [t], dict(d.reshape.attrs), d.reshape.loc).result
+
     def contraction(self, q: Op, out: Quant, c: Op, act: Op | None, lo: int, hi: int,
-                    rw: Rewriter) -> Refusal | None:
+                    rw: Rewriter, reshape: Op | None = None) -> Refusal | None:
         if len(c.result.uses) != 1:
             return Refusal("multi-use", f"its result has {len(c.result.uses)} users", [c])
-        x = self.params(c.operands[0].op, "dequantize")
-        w = self.params(c.operands[1].op, "dequantize")
+        x = self.operand(c.operands[0])
+        w = self.operand(c.operands[1])
         for r in (x, w):
             if isinstance(r, Refusal):
                 return r
@@ -292,7 +328,7 @@ class Folder:
             alpha, beta = (float(c.attrs.get(k, 1.0)) for k in ("alpha", "beta"))  # type: ignore[arg-type]
             if alpha != 1.0 or c.attrs.get("trans_a", False) or (len(c.operands) == 3 and beta != 1.0):
                 return Refusal("attributes", "gemm has alpha or beta other than 1 or transposes A")
-        wt = w.value.type
+        wt = w.value.type if w.reshape is None else w.reshape.result.type.with_dtype(w.value.type.dtype)
         if c.name == "conv2d":
             channels, axis = wt.dims[0], 0
         else:
@@ -312,9 +348,10 @@ class Folder:
         if isinstance(bias, Refusal):
             return bias
         acc_scale = (np.float32(sx) * ws.astype(np.float32))  # onnxruntime's bias scale
-        loc = fuse_locs(*(o.loc for o in (x.op, w.op, c, *((act,) if act else ()), q)))
-        ops: list[Value] = [x.value]
-        wq = w.value
+        loc = fuse_locs(*(o.loc for o in (x.op, w.op, c, *((act,) if act else ()), *((reshape,) if reshape
+                                                                                      else ()), q)))
+        ops: list[Value] = [self.integer(x, q, rw)]
+        wq = self.integer(w, q, rw)
         if c.name == "gemm" and c.attrs.get("trans_b", False):  # W is [N, K]: qmatmul takes [K, N]
             tr = rw.create(q, "transpose", [wq], [TensorType(wt.dims[::-1], wt.dtype)], {"perm": [1, 0]}, loc)
             wq = tr.result
@@ -336,7 +373,9 @@ class Folder:
         if hi < 2**31 - 1:
             attrs["max"] = hi
         name = "qconv2d" if c.name == "conv2d" else "qmatmul"
-        new = rw.create(q, name, ops, [q.result.type], attrs, loc)
+        new = rw.create(q, name, ops, [c.result.type.with_dtype(q.result.type.dtype)], attrs, loc)
+        if reshape is not None:  # the squeeze moves onto the 8-bit result
+            new = rw.create(q, "reshape", [new.result], [q.result.type], dict(reshape.attrs), reshape.loc)
         new.result.name = q.result.name
         rw.replace_op(q, [new.result])
         self.owner.stat("num-folded")
@@ -361,6 +400,10 @@ class Folder:
         if flat.reshape(-1).size != channels or (flat.ndim == 2 and flat.shape[0] != 1):
             return Refusal("per-channel", f"the bias {v.type} is not one value per output channel", [c])
         return flat.reshape(-1)
+
+
+def _produced_by(v: Value, names: tuple[str, ...]) -> bool:
+    return v.op is not None and v.op.name in names
 
 
 def _channel_vector(a: np.ndarray, wt: TensorType, axis: int) -> np.ndarray | None:
