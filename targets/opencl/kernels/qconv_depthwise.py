@@ -30,6 +30,7 @@ from .base import Ctx, Kernel, Lowered, NotLowerable, ctype
 from .fused_chain import LANES
 from .gemm import Epilogue
 from .qconv_depthwise_lanes import conv_depthwise_lanes, lanes_pay  # and the integer depthwise space
+from .shuffles import EVENS
 
 MAX_TAPS = 256  # 256 * 255 * 255 < 2^24: the f32 sums stay exact
 
@@ -47,10 +48,14 @@ def _chunk(sw: int) -> str:
     the even lanes of a 32-byte load at stride 2, none otherwise ('')."""
     if sw == 1:
         return "vload16(0, src + ix0)"
-    if sw == 2:
-        evens = ", ".join(str(2 * i) for i in range(16))
-        return f"shuffle2(vload16(0, src + ix0), vload16(0, src + ix0 + 16), (uchar16)({evens}))"
+    if sw == 2:  # shuffles.EVENS' macro, which the kernel's source defines (`_macros`)
+        return "KERNEL_EVENS(vload16(0, src + ix0), vload16(0, src + ix0 + 16))"
     return ""
+
+
+def _macros(sw: int) -> str:
+    """The definitions `_chunk`'s loads use."""
+    return EVENS if sw == 2 else ""
 
 
 def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
@@ -67,7 +72,7 @@ def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
                 vstore16({chunk}, 0, dst + j);
             }}
 """ if chunk else ""
-    src = f"""// {ctx.op_name} input padded with its zero point to {hp}x{g.wp}, {sw} phases of {wq} a row
+    src = f"""{_macros(sw)}// {ctx.op_name} input padded with its zero point to {hp}x{g.wp}, {sw} phases of {wq} a row
 __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
                      __global {xt}* restrict tmp0) {{
     const int yp = get_global_id(0), nc = get_global_id(1);
@@ -259,7 +264,7 @@ def _conv_band(ctx: Ctx, geo: Any, rows: int, lx: int, epilogue: Epilogue | None
     planes = geo.n * geo.m  # (several channels a work-group, each its own band, measured slower)
     xt, wt = ctype(x), ctype(w)
     body = "\n".join(_taps(ctx, geo, rows, lambda off: f"vload16(0, xb + {off})"))
-    src = f"""// {ctx.op_name} depthwise: {x} * {w} -> {y}
+    src = f"""{_macros(geo.sw)}// {ctx.op_name} depthwise: {x} * {w} -> {y}
 // strides {geo.sh}x{geo.sw}, dilations {geo.dh}x{geo.dw}, groups {groups}; a work-group a band of {br} rows
 // of a channel loaded into local memory as floats, 16 columns (lanes) x {rows} rows an item (exact: integer
 // products and sums below 2^24)

@@ -1,7 +1,8 @@
 """Interleaves of two 16-lane vectors as kernels write them: clang's `__builtin_shufflevector` with constant
 lanes (one LLVM shufflevector: `vpunpcklbw`, `vunpcklps`, ...), where PoCL 3.1's OpenCL `shuffle2` is a
 library call taking its mask as a vector (a depthwise repack built on it ran 8x as long); other compilers
-get shuffle2. `interleave` is the macros' text for a kernel, `transpose16` a 16x16 transpose by them."""
+get shuffle2. `interleave` is the macros' text for a kernel, `transpose16` a 16x16 transpose by them;
+`EVENS` the even lanes of two byte vectors (a stride-2 row split into phases)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ INTERLEAVE = f"""#if defined(__clang__)
 #define KERNEL_ZIP_HI(a, b) shuffle2(a, b, (KERNEL_MASK)({_HI}))
 #endif
 """
+
+
+_EVENS = ", ".join(str(2 * i) for i in range(16))
+EVENS = f"""#if defined(__clang__)
+#define KERNEL_EVENS(a, b) __builtin_shufflevector(a, b, {_EVENS})
+#else
+#define KERNEL_EVENS(a, b) shuffle2(a, b, (uchar16)({_EVENS}))
+#endif
+"""
+"""KERNEL_EVENS(a, b): the even lanes of two uchar16s, a's then b's (a stride-2 row's first phase)."""
 
 
 def transpose16(names: list[str], out: str, et: str) -> list[str]:
