@@ -41,6 +41,16 @@ POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool")
 BLOCKED = ("conv2d", *POOLS)  # anchors whose templates read / write NCHWc for an unpack / pack
 
 
+def _few_stores(anchor: Op) -> bool:
+    """An integer depthwise conv (one input channel a group): its row kernels store at most 8 vectors an
+    item, so its chain is inlined there, where the other integer convs call it (their 16 unrolled stores
+    inlined had cost 0.3 s of PoCL build a kernel). Called, each store's chain (a division and its
+    rounding) ran serialized between calls: shufflenet's depthwise convs with a QDQ batch norm took 2x
+    their time without it; inlined 1.6x."""
+    x, w = anchor.operands[:2]
+    return w.type.rank == 4 and w.type.dims[1] == 1 and anchor.attrs.get("groups") == x.type.dims[1]
+
+
 def pool_anchors() -> dict[str, Anchor]:
     from . import pool
 
@@ -122,7 +132,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     unb = unblock(pack.results[0].type.dims, main.type.dims, "p") if pack else ""
     has_chain = any(op.name != "pack" for op in ops)
     chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb,
-                  outlined=anchor.name in REQUANTIZED_ANCHORS)
+                  outlined=anchor.name in REQUANTIZED_ANCHORS and not _few_stores(anchor))
     epi = chain.call if has_chain else None
     lanes = None  # the chain on 16 consecutive channels of one pixel, for the integer conv's channel lanes
     if anchor.name in REQUANTIZED_ANCHORS and has_chain:
