@@ -8,8 +8,8 @@ both cores and pays no wake-up per launch:
 
 - every kernel of the program without barriers becomes a plain function of its work-item ids
   (`get_global_id(0)` -> `(_g0 * 4 + _l0)`, sizes as literals); one whose work-items fill `__local`
-  arrays and meet at one barrier becomes two (`Phased`: its fill, then the rest), its local arrays in the
-  participant's scratch memory. Kernels with other barriers run alone, on the inline device;
+  arrays (or their work-group's slice of a global buffer) and meet at one barrier becomes two (`Phased`:
+  its fill, then the rest), its local arrays in the participant's scratch memory. Kernels with other barriers run alone, on the inline device;
 - a persistent kernel calls them in program order: for each step it waits until the earlier steps it
   depends on (those whose buffers share bytes with its own where either writes) are done, then claims
   chunks of the step's work-groups from an atomic counter, runs them work-item by work-item, and adds
@@ -136,9 +136,10 @@ def cooperative(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Phased:
-    """A kernel whose work-items fill `__local` arrays and meet at one barrier: `fill` is what comes before
-    the barrier (only self-contained `{...}` blocks: nothing declared there is used after it), `rest` what
-    comes after; its local arrays become slices of the participant's scratch memory."""
+    """A kernel whose work-items fill `__local` arrays (or their work-group's part of a global buffer) and
+    meet at one barrier: `fill` is what comes before the barrier (only self-contained `{...}` blocks:
+    nothing declared there is used after it), `rest` what comes after; its local arrays become slices of
+    the participant's scratch memory."""
 
     arrays: tuple[tuple[str, str, int], ...]  # (type, name, elements)
     fill: str
@@ -186,7 +187,7 @@ def phased(body: str) -> Phased | None:
             i = end
             continue
         m = BARRIER.match(inner, i)
-        if m and arrays and blocks:
+        if m and blocks:  # (no local arrays: a fill into global memory, read back after the barrier)
             rest = inner[m.end():]
             if "barrier" in rest or LOCAL_DECL.search(rest):
                 return None

@@ -97,13 +97,16 @@ def _flip(on: bool) -> str:
     return " ^ (int16)(0x80808080)" if on else ""
 
 
-def _pixel_dots_head(x: str, w: str, rows: int, vcols: int) -> tuple[list[list[str]], list[str]]:
+def _pixel_dots_head(x: str, w: str, rows: int, vcols: int,
+                     panel: bool = False) -> tuple[list[list[str]], list[str]]:
     """The accumulator names c{row}_{vector} and the head of a pixel-lane kernel's dot-product function
-    KERNEL_dots(x, w, off, p0.., acc), its accumulators declared."""
+    KERNEL_dots(x, w, off, p0.., acc), its accumulators declared; with `panel`, KERNEL_dots(x, w, off,
+    acc), x a work-group's interleaved panel (no pixel offsets)."""
     accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
+    pixels = "" if panel else f", {', '.join(f'int p{j}' for j in range(vcols))}"
     body = [f"__attribute__((target(\"{FEATURES}\")))",
             f"static void KERNEL_dots(const __global int* restrict {x}, const __global int* restrict {w},",
-            f"                        int off, {', '.join(f'int p{j}' for j in range(vcols))},",
+            f"                        int off{pixels},",
             "                        int16* restrict acc) {"]
     body += [f"    int16 {', '.join(f'{c} = 0' for c in row)};" for row in accs]
     return accs, body
@@ -360,25 +363,33 @@ def conv_pixels(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     return low
 
 
+def _quad_loads(ctx: Ctx, cg: int, hw: int, pc: str) -> tuple[str, str]:
+    """(vector, scalar) C expressions of u for channel quad `pc` of a group read from `src` (its first
+    channel's plane): 16 pixels from `p0` as one uint16 (4 bytes a pixel, the quad's channels in order),
+    and pixel `p` as one uint; a channel past the group's end holds `pad`."""
+    signed = ctx.operands[0].dtype == "i8"
+    flip = " ^ (uchar16)(0x80)" if signed else ""
+    loads, scalars = [], []
+    for j in range(4):
+        have = "" if j == 0 else f"4 * {pc} + {j} < {cg} ? "
+        tail = "" if j == 0 else " : (uint16)(pad)"
+        loads.append(f"({have}convert_uint16(as_uchar16(vload16(0, src + {j * hw} + p0)){flip}){tail})"
+                     + (f" << {8 * j}" if j else ""))
+        tail1 = "" if j == 0 else " : pad"
+        scalars.append(f"(({have}(uint)(uchar)(src[{j * hw} + p]{' ^ 0x80' if signed else ''}){tail1})"
+                       f" << {8 * j})")
+    return " | ".join(loads), " | ".join(scalars)
+
+
 def repack_pixels(ctx: Ctx, groups: int, cq: int) -> Kernel:
     """u = x (x ^ 0x80 for i8), each four channels of a group interleaved pixel by pixel: [N, G, cq, H * W,
     4] bytes, 16 pixels an item (a channel past the group's end holds `off`)."""
     x = ctx.operands[0]
     xt = ctype(x)
-    off, signed, _ = _offset(ctx)
+    off, _, _ = _offset(ctx)
     n, c, h, wd = x.dims
     hw, cg = h * wd, c // groups
-    flip = " ^ (uchar16)(0x80)" if signed else ""
-    loads, scalars = [], []
-    for j in range(4):
-        have = "" if j == 0 else f"4 * pc + {j} < {cg} ? "
-        tail = "" if j == 0 else " : (uint16)(pad)"
-        loads.append(f"({have}convert_uint16(as_uchar16(vload16(0, src + {j * hw} + p0)){flip}){tail})"
-                     + (f" << {8 * j}" if j else ""))
-        have1 = "" if j == 0 else f"4 * pc + {j} < {cg} ? "
-        tail1 = "" if j == 0 else " : pad"
-        scalars.append(f"(({have1}(uint)(uchar)(src[{j * hw} + p]{' ^ 0x80' if signed else ''}){tail1})"
-                       f" << {8 * j})")
+    vector, scalar = _quad_loads(ctx, cg, hw, "pc")
     src = f"""// {ctx.op_name} input as unsigned bytes, channel quads interleaved:
 // [{n}][{groups}][{cq}][{hw}][4]
 __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
@@ -391,11 +402,11 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     const __global {xt}* src = in0 + ((long)(ng / {groups}) * {c} + (ng % {groups}) * {cg} + 4 * pc) * {hw};
     __global uint* dst = tmp0 + (long)z * {hw};
     if (p0 + 16 <= {hw}) {{
-        vstore16({" | ".join(loads)}, 0, dst + p0);
+        vstore16({vector}, 0, dst + p0);
         return;
     }}
     for (int p = p0; p < {hw}; ++p)
-        dst[p] = {" | ".join(scalars)};
+        dst[p] = {scalar};
 }}
 """
     panels = math.ceil(hw / 16)
@@ -403,10 +414,28 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(panels / lx) * lx, n * groups * cq), (lx, 1), ("in0", "in2", "tmp0"))
 
 
+GROUP_ITEMS = 32
+"""Items of a pointwise work-group that interleaves its own pixels' quads: the output-channel blocks of one
+pixel panel (more blocks take more work-groups, each interleaving the panel again into its own slice)."""
+
+
+def _in_group(ctx: Ctx) -> bool:
+    """schedule `group_repack` (default 1): each work-group interleaves its panel itself."""
+    return bool(int(ctx.schedule.get("group_repack", 1)))
+
+
 def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
     work-item; per channel quad one 64-byte load of each pixel vector, a broadcast of each row's weight
-    quad and a dot product for each pair; stores as qconv_pairs.pointwise_pairs."""
+    quad and a dot product for each pair; stores as qconv_pairs.pointwise_pairs.
+
+    By default (`_in_group`) a work-group is the output-channel blocks of one panel of `vcols` pixel
+    vectors, whose items first interleave the panel's channel quads from x as it lies (16 pixels of 4
+    channels a store) into the work-group's own slice of scratch, meet at a barrier, then compute from it
+    while it is in cache: one launch where a repack launch a conv had cost mobilenet_v2 int8 34 of its
+    97 launches. (The slice is global memory: PoCL 3.1 passes a `__local` pointer to the dot product's
+    function, which its target feature keeps from being inlined, as garbage.) Otherwise a first kernel
+    writes the whole repack to scratch (`repack_pixels`)."""
     from . import qlinear as q
 
     x, w = ctx.operands[:2]
@@ -423,12 +452,15 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    accs, body = _pixel_dots_head("xp", "wp", rows, vcols)
+    local = _in_group(ctx)
+    accs, body = _pixel_dots_head("xp", "wp", rows, vcols, local)
     if needed:  # off * sum w' of each row: the rows' quads lie [cq][rows]
         body += _weight_sums("wp", rows, rows * cq, flip_w)
-    body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xp += {hw}, wp += {rows}) {{")
+    step = vcols * 16 if local else hw
+    body.append(f"    for (int pc = 0; pc < {cq}; ++pc, xp += {step}, wp += {rows}) {{")
     for j in range(vcols):
-        body.append(f"        const int16 x{j} = vload16(0, xp + p{j});")
+        at = f"{j}, xp" if local else f"0, xp + p{j}"
+        body.append(f"        const int16 x{j} = vload16({at});")
     for i in range(rows):
         body.append(f"        {{ const int16 wv = (int16)(wp[{i}]{' ^ 0x80808080' if flip_w else ''}); "
                     + " ".join(f"{c} = KERNEL_dot4({c}, x{j}, wv);" for j, c in enumerate(accs[i])) + " }")
@@ -438,32 +470,62 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
             body.append(f"    acc[{i * vcols + j}] = {accs[i][j]}{f' - s{i}' if needed else ''};")
     body.append("}")
 
+    first = "__global const int* restrict tmp0"
+    if local:
+        first = f"__global int* restrict tmp0, __global const {ctype(x)}* restrict in0"
     lines = [PREAMBLE,
              f"// {ctx.op_name} 1x1: {x} * {w} -> {y}, groups {groups}, as a GEMM over pixels: {rows} output",
              f"// channels x {vcols} vectors of 16 pixels an item, input channels in quads (8-bit dot "
-             "products)",
+             "products)" + ("; a work-group interleaves its pixels' quads" if local else ""),
              *body, "",
-             f"__kernel void KERNEL({q._params(ctx, '__global const int* restrict tmp0')}) {{",
-             "    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
-             f"    if (mb >= {mb}) return;",
-             f"    const int grp = b % {groups}, o0 = mb * {rows};"]
+             f"__kernel void KERNEL({q._params(ctx, first)}) {{"]
+    items = min(mb, GROUP_ITEMS)
+    groups_x, slices = math.ceil(mb / items), math.ceil(panels / vcols)
+    slice_ints = cq * vcols * 16
+    at_slice = f"((long)(get_global_id(2) * {slices} + get_group_id(1)) * {groups_x} + get_group_id(0)) * {slice_ints}"
+    if local:
+        vector, _ = _quad_loads(ctx, cg, hw, "pc")
+        lines += ["    {  // the fill (self-contained, so that cooperative execution can run it as a phase)",
+                  f"        __global uint* xl = (__global uint*)tmp0 + {at_slice};",
+                  "        const int lid = get_local_id(0), nw = get_global_id(1), b = get_global_id(2);",
+                  f"        const uint pad = (uint)(uchar){off};",
+                  f"        const __global {ctype(x)}* xs = in0 + ((long)(b / {groups}) * {x.dims[1]}"
+                  f" + (b % {groups}) * {cg}) * {hw};",
+                  f"        for (int pc = lid; pc < {cq}; pc += {items}) {{",
+                  f"            const __global {ctype(x)}* src = xs + (long)4 * pc * {hw};"]
+        for j in range(vcols):
+            lines += [f"            {{ const int p0 = min((nw * {vcols} + {j}) * 16, {hw - 16});",
+                      f"              vstore16({vector}, 0, xl + (pc * {vcols} + {j}) * 16); }}"]
+        lines += ["        }", "    }", "    barrier(CLK_GLOBAL_MEM_FENCE);"]
+    lines += ["    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
+              f"    if (mb >= {mb}) return;",
+              f"    const int grp = b % {groups}, o0 = mb * {rows};"]
     for j in range(vcols):
         lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
-    lines += [f"    int16 acc[{rows * vcols}];",
-              f"    KERNEL_dots(tmp0 + (long)b * {cq * hw},",
-              f"                (const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * rows}, {off},",
-              f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);"]
+    wptr = f"(const __global int*)(in1) + (long)(grp * {mb} + mb) * {cq * rows}, {off}"
+    lines.append(f"    int16 acc[{rows * vcols}];")
+    if local:
+        lines.append(f"    KERNEL_dots(tmp0 + {at_slice}, {wptr}, acc);")
+    else:
+        lines += [f"    KERNEL_dots(tmp0 + (long)b * {cq * hw},", f"                {wptr},",
+                  f"                {', '.join(f'p{j}' for j in range(vcols))}, acc);"]
 
     results = [[f"acc[{i * vcols + j}]" for j in range(vcols)] for i in range(rows)]
     lines += pixel_gemm_stores(ctx, og, hw, vcols, results, epilogue)
     lines.append("}")
-    main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
-                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
-    low = Lowered([repack_pixels(ctx, groups, cq), main], scratch=[4 * n * groups * cq * hw],
-                  schedule={"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1})
+    schedule = {"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1, "group_repack": int(local)}
+    if local:
+        main = Kernel("\n".join(lines) + "\n", (groups_x * items, slices, n * groups), (items, 1, 1),
+                      ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
+        low = Lowered([main], scratch=[4 * n * groups * slices * groups_x * slice_ints], schedule=schedule)
+    else:
+        main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
+                      ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+        low = Lowered([repack_pixels(ctx, groups, cq), main], scratch=[4 * n * groups * cq * hw],
+                      schedule=schedule)
+        low.flops_kernel = 1
     # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 4), rows, 4], missing channels at the zero point
     low.pack[1] = PackSpec((1, 2), (rows, 4), padding_value=float(wz), reshape=(groups, og, cg))
-    low.flops_kernel = 1
     return low
 
 
