@@ -142,7 +142,8 @@ class Folder:
         if contraction is None or contraction.name not in CONTRACTIONS:
             self.float_op(p)
             return False
-        found = self.contraction(q, out, contraction, p if p is not contraction else None, lo, hi, rw, reshape)
+        act = p if p is not contraction else None
+        found = self.contraction(q, out, contraction, act, lo, hi, rw, reshape)
         if isinstance(found, Refusal):
             self.missed(contraction, found, f"'{contraction.name}'")
             return False

@@ -9,7 +9,8 @@ both cores and pays no wake-up per launch:
 - every kernel of the program without barriers becomes a plain function of its work-item ids
   (`get_global_id(0)` -> `(_g0 * 4 + _l0)`, sizes as literals); one whose work-items fill `__local`
   arrays (or their work-group's slice of a global buffer) and meet at one barrier becomes two (`Phased`:
-  its fill, then the rest), its local arrays in the participant's scratch memory. Kernels with other barriers run alone, on the inline device;
+  its fill, then the rest), its local arrays in the participant's scratch memory. Kernels with other
+  barriers run alone, on the inline device;
 - a persistent kernel calls them in program order: for each step it waits until the earlier steps it
   depends on (those whose buffers share bytes with its own where either writes) are done, then claims
   chunks of the step's work-groups from an atomic counter, runs them work-item by work-item, and adds

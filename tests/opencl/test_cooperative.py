@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from tessel.frontends.onnx.importer import import_model
+from tessel.ir.parser import parse_module
 from tessel.passes.manager import PassManager
 from tessel.passes.pipeline import O_LEVELS, parse_pipeline
 from tessel.targets.opencl import device as dev
@@ -320,3 +321,42 @@ def test_a_kernel_shared_at_several_sizes_runs_cooperatively() -> None:
         x = inputs(m.funcs[0], seed)
         for a, b in zip(pool.run(x), coop.run(x), strict=True):
             assert a.tobytes() == b.tobytes()
+
+
+def _qconv(y: str, x: str, w: str, scale: str, c: int, o: int) -> str:
+    t = (f"tensor<1x{c}x8x8xui8>, tensor<{o}x{c}x1x1xi8>, tensor<ui8>, tensor<i8>, tensor<{o}xf32>, "
+         "tensor<ui8>")
+    return (f"    {y} = qconv2d {x}, {w}, %z, %wz, {scale}, %z {{pads = [0, 0, 0, 0]}} : ({t}) -> "
+            f"tensor<1x{o}x8x8xui8>\n")
+
+
+INT8_POINTWISE = (
+    "module @m {\n  func @main(%x: tensor<1x24x8x8xf32>) -> tensor<1x40x8x8xf32> {\n"
+    "    %s = const {value = dense<0.05> : tensor<f32>} : () -> tensor<f32>\n"
+    "    %z = const {value = dense<128> : tensor<ui8>} : () -> tensor<ui8>\n"
+    "    %wz = const {value = dense<0> : tensor<i8>} : () -> tensor<i8>\n"
+    "    %w1 = const {value = dense<3> : tensor<300x24x1x1xi8>} : () -> tensor<300x24x1x1xi8>\n"
+    "    %s1 = const {value = dense<0.01> : tensor<300xf32>} : () -> tensor<300xf32>\n"
+    "    %w2 = const {value = dense<-2> : tensor<40x300x1x1xi8>} : () -> tensor<40x300x1x1xi8>\n"
+    "    %s2 = const {value = dense<0.002> : tensor<40xf32>} : () -> tensor<40xf32>\n"
+    "    %0 = quantize %x, %s, %z : (tensor<1x24x8x8xf32>, tensor<f32>, tensor<ui8>) -> "
+    "tensor<1x24x8x8xui8>\n"
+    + _qconv("%1", "%0", "%w1", "%s1", 24, 300) + _qconv("%2", "%1", "%w2", "%s2", 300, 40)
+    + "    %3 = dequantize %2, %s, %z : (tensor<1x40x8x8xui8>, tensor<f32>, tensor<ui8>) -> "
+    "tensor<1x40x8x8xf32>\n"
+    "    return %3 : tensor<1x40x8x8xf32>\n  }\n}\n"
+)
+
+
+def test_a_kernel_filling_its_work_groups_global_slice_runs_cooperatively() -> None:
+    """The integer 1x1 convs' work-groups interleave their pixels into their own slice of scratch and meet
+    at a global barrier (no local arrays): a phased step like a local-memory fill, in a segment, with the
+    pool's results (300 outputs: two work-groups a panel)."""
+    needs_companion()
+    m = parse_module(INT8_POINTWISE, "int8.tsl")
+    lower_module(m, dev.device_info(dev.pick_device()))
+    source = next(op for op in m.funcs[0].block.ops if op.name == "cl.program").attrs["source"]
+    assert source.count("barrier(CLK_GLOBAL_MEM_FENCE)") == 2 and "__local" not in source
+    exe = same_as_pool(m)
+    plan = exe._cooperative.plan
+    assert plan.source.count("_fill(") >= 2 and all(s.kernel for s in plan.segments)

@@ -85,6 +85,8 @@ def test_dot_lowering_is_chosen_and_exact(case: Conv, xz0: bool) -> None:
     assert low.schedule.get("pointwise", 0) == (case.k == 1)
     assert low.schedule.get("pixels", 0) == _wide(case)
     assert ("- s" in low.kernels[-1].source) == (not xz0)  # the zero point's weight-sum term
+    if case.k == 1:  # each work-group interleaves its own pixels' quads: no repack launch
+        assert low.schedule["group_repack"] == 1 and len(low.kernels) == 1
     if not has_dot():
         pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
     check_op("conv2d_integer", inputs, attrs, constant=constant(4, xz0))

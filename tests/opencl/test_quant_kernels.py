@@ -558,16 +558,27 @@ def test_paired_channel_conv_multiplies_pairs_with_vpmaddwd(tmp_path) -> None:  
     (Conv("i8", "ui8", 1, 16, (5, 9), 16, 1, groups=2, wz_per_channel=True), {"rows": 8, "vcols": 3}),
     (Conv("ui8", "i8", 1, 33, (6, 11), 40, 1, scale_per_channel=True, y="i8"), {"vcols": 4}),
     (Conv("ui8", "i8", 1, 24, (7, 7), 20, 1, wz_per_channel=True), {"pointwise": 0}),
-], ids=["tail-1", "batch-16px", "groups-odd-rows", "odd-channels", "channel-lanes"])
+    # 300 outputs: 38 row blocks, two work-groups a panel, each interleaving it into its own slice
+    (Conv("i8", "i8", 2, 7, (5, 7), 300, 1, bias=True), {}),
+    # the repack launch kept
+    (Conv("ui8", "i8", 2, 9, (4, 4), 12, 1, bias=True, bounds="relu"), {"group_repack": 0}),
+    (Conv("i8", "ui8", 1, 16, (5, 9), 16, 1, groups=2, wz_per_channel=True), {"group_repack": 0, "vcols": 3}),
+], ids=["tail-1", "batch-16px", "groups-odd-rows", "odd-channels", "channel-lanes", "two-groups-a-panel",
+        "repack-launch", "repack-launch-groups"])
 def test_pointwise_integer_conv_is_a_pixel_gemm(case: Conv, schedule: dict[str, int]) -> None:
     """Unpadded stride-1 1x1 integer convs of 16+ pixels lower as GEMMs over pixel vectors with input
     channels in pairs (a plane's last vector ending at its end: 49 pixels, one new lane; 16 pixels, one
     vector), exact for qconv2d and conv2d_integer, any rows / vcols / groups / odd channel counts;
-    pointwise=0 keeps the channel-lane kernel; rows other than 4 or 8 are refused."""
+    pointwise=0 keeps the channel-lane kernel; rows other than 4 or 8 are refused. Each work-group
+    interleaves its own panel's pairs (one launch), or with group_repack=0 a repack launch does first."""
     rng = rng_for("pw", str(case), str(schedule))
     inputs, attrs = conv_operands(case, rng)
     low = lower_op("conv2d_integer", [TensorType.of(a) for a in inputs], attrs, schedule=schedule)[1]
     assert low.schedule.get("pointwise", 0) == schedule.get("pointwise", 1)
+    if low.schedule.get("pointwise"):
+        in_group = schedule.get("group_repack", 1)
+        assert low.schedule["group_repack"] == in_group and len(low.kernels) == (1 if in_group else 2)
+        assert ("barrier(CLK_GLOBAL_MEM_FENCE)" in low.kernels[-1].source) == bool(in_group)
     check_op("conv2d_integer", inputs, attrs, schedule=schedule)
     acc = reference("conv2d_integer", inputs, attrs)
     inputs += requant_operands(case, rng, acc, 1, case.m, attrs)

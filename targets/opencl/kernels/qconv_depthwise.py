@@ -72,7 +72,8 @@ def _repack(ctx: Ctx, g: Any, hp: int) -> Kernel:
                 vstore16({chunk}, 0, dst + j);
             }}
 """ if chunk else ""
-    src = f"""{_macros(sw)}// {ctx.op_name} input padded with its zero point to {hp}x{g.wp}, {sw} phases of {wq} a row
+    src = _macros(sw) + f"""// {ctx.op_name} input padded with its zero point to {hp}x{g.wp}, {sw} phases of
+// {wq} a row
 __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* restrict in2,
                      __global {xt}* restrict tmp0) {{
     const int yp = get_global_id(0), nc = get_global_id(1);

@@ -22,6 +22,7 @@ OpenCL compiler, a GPU) the same sums in plain int arithmetic. Both are exact: |
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
@@ -208,6 +209,61 @@ __kernel void KERNEL({q._params(ctx, "__global const int* restrict tmp0")}) {{
     return low
 
 
+def in_group(ctx: Ctx) -> bool:
+    """schedule `group_repack` (default 1): each work-group of a 1x1 pixel GEMM (pointwise_pairs,
+    qdot.pointwise_quads) interleaves its own panel of the input (`GroupPanel`) instead of a repack launch
+    interleaving all of it first."""
+    return bool(int(ctx.schedule.get("group_repack", 1)))
+
+
+@dataclass(frozen=True)
+class GroupPanel:
+    """A 1x1 pixel GEMM whose work-groups interleave their own input: a work-group is up to ITEMS of the
+    `blocks` output-channel blocks of one panel of `vcols` 16-pixel vectors (more blocks take more
+    work-groups along dim 0, each interleaving the panel again); its items first write the panel's
+    channel pairs or quads (`steps` of them, `vcols` x 16 ints each) into the work-group's own slice of
+    scratch, meet at a barrier, then compute from it while it is in cache. The slice is global memory:
+    PoCL 3.1 hands a `__local` pointer to an out-of-line function (the VNNI helper) as garbage."""
+
+    blocks: int
+    panels: int
+    vcols: int
+    steps: int
+    ITEMS = 32
+
+    @property
+    def items(self) -> int:
+        return min(self.blocks, self.ITEMS)
+
+    @property
+    def slices(self) -> int:
+        return math.ceil(self.panels / self.vcols)
+
+    @property
+    def groups_x(self) -> int:
+        return math.ceil(self.blocks / self.items)
+
+    @property
+    def ints(self) -> int:
+        return self.steps * self.vcols * 16
+
+    @property
+    def at(self) -> str:
+        """The work-group's slice: its offset in ints from the scratch's start."""
+        return (f"((long)(get_global_id(2) * {self.slices} + get_group_id(1)) * {self.groups_x} "
+                f"+ get_group_id(0)) * {self.ints}")
+
+    @property
+    def local(self) -> tuple[int, int, int]:
+        return (self.items, 1, 1)
+
+    def grid(self, planes: int) -> tuple[int, int, int]:
+        return (self.groups_x * self.items, self.slices, planes)
+
+    def scratch(self, planes: int) -> int:
+        return 4 * planes * self.slices * self.groups_x * self.ints
+
+
 def pointwise_pairs_fits(ctx: Ctx) -> bool:
     """An unpadded stride-1 1x1 integer conv of at least 16 pixels and 2 input channels a group: the pixel
     GEMM below (schedule `pointwise`: 0 keeps the channel-lane kernel)."""
@@ -220,11 +276,12 @@ def pointwise_pairs_fits(ctx: Ctx) -> bool:
 
 def pointwise_pairs(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
-    work-item, input channels in pairs. Per pair it loads each pixel vector's 16 x 2 shorts from the repack
-    (one 64-byte load), the rows' weight pairs at once (2 x rows bytes, widened, the zero points off), and
-    multiply-adds every row's broadcast pair into each vector; the 16 pixels of a channel are stored as one
-    vector (the plane's last one loaded ending at its end, storing only its new lanes, as conv_pointwise's
-    f32 kernel)."""
+    work-item, input channels in pairs. Per pair it loads each pixel vector's 16 x 2 shorts (x less its
+    zero point; one 64-byte load), the rows' weight pairs at once (2 x rows bytes, widened, the zero points
+    off), and multiply-adds every row's broadcast pair into each vector; the 16 pixels of a channel are
+    stored as one vector (the plane's last one loaded ending at its end, storing only its new lanes, as
+    conv_pointwise's f32 kernel). The pairs come from the work-group's own slice (`GroupPanel`), or with
+    schedule `group_repack = 0` from a repack launch (`repack_pairs`)."""
     from . import qlinear as q
 
     x, w, _, wz = ctx.operands[:4]
@@ -241,43 +298,71 @@ def pointwise_pairs(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    wt = ctype(w)
+    local = in_group(ctx)
+    panel = GroupPanel(mb, panels, vcols, cp)
+    wt, xt = ctype(w), ctype(x)
     zps = ", ".join(f"(short){'in3[0]' if wz.numel == 1 else f'in3[min(grp * {og} + o0 + {i}, {o_all - 1})]'}"
                     for i in range(rows) for _ in range(2))
+    first = (f"__global int* restrict tmp0, __global const {xt}* restrict in0" if local
+             else "__global const int* restrict tmp0")
     lines = [PREAMBLE,
              f"// {ctx.op_name} 1x1: {x} * {w} -> {y}, groups {groups}, as a GEMM over pixels: {rows} output",
              f"// channels x {vcols} vectors of 16 pixels an item, input channels in pairs (16-bit "
-             "multiply-adds)",
-             f"__kernel void KERNEL({q._params(ctx, '__global const int* restrict tmp0')}) {{",
-             "    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
-             f"    if (mb >= {mb}) return;",
-             f"    const int grp = b % {groups}, o0 = mb * {rows};",
-             f"    const __global int* xp = tmp0 + (long)b * {cp * hw};",
-             f"    const __global {wt}* wp = in1 + (long)(grp * {mb} + mb) * {cp * 2 * rows};",
-             f"    const short{2 * rows} wz2 = (short{2 * rows})({zps});"]
+             "multiply-adds)" + ("; a work-group interleaves its pixels' pairs" if local else ""),
+             f"__kernel void KERNEL({q._params(ctx, first)}) {{"]
+    if local:
+        cvt = f"convert_int16(as_{xt}16(vload16(0, src + {{}} + p0)))"
+        lines += ["    {  // the fill (self-contained, so that cooperative execution can run it as a phase)",
+                  f"        __global int* xl = tmp0 + {panel.at};",
+                  "        const int lid = get_local_id(0), nw = get_global_id(1), b = get_global_id(2);",
+                  "        const int xz = in2[0];",
+                  f"        const __global {xt}* xs = in0 + ((long)(b / {groups}) * {x.dims[1]}"
+                  f" + (b % {groups}) * {cg}) * {hw};",
+                  f"        for (int pc = lid; pc < {cp}; pc += {panel.items}) {{",
+                  f"            const __global {xt}* src = xs + (long)2 * pc * {hw};",
+                  f"            const bool second = 2 * pc + 1 < {cg};"]
+        for j in range(vcols):
+            lines += [f"            {{ const int p0 = min((nw * {vcols} + {j}) * 16, {hw - 16});",
+                      f"              const int16 lo = {cvt.format(0)} - xz;",
+                      f"              const int16 hi = second ? {cvt.format(hw)} - xz : (int16)(0);",
+                      "              vstore16((lo & 0xffff) | (hi << 16), 0, "
+                      f"xl + (pc * {vcols} + {j}) * 16); }}"]
+        lines += ["        }", "    }", "    barrier(CLK_GLOBAL_MEM_FENCE);"]
+    lines += ["    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
+              f"    if (mb >= {mb}) return;",
+              f"    const int grp = b % {groups}, o0 = mb * {rows};",
+              f"    const __global int* xp = tmp0 + {panel.at if local else f'(long)b * {cp * hw}'};",
+              f"    const __global {wt}* wp = in1 + (long)(grp * {mb} + mb) * {cp * 2 * rows};",
+              f"    const short{2 * rows} wz2 = (short{2 * rows})({zps});"]
     for j in range(vcols):
         lines.append(f"    const int q{j} = nw * {vcols} + {j}, p{j} = min(q{j} * 16, {hw - 16});")
     accs = [[f"c{i}_{j}" for j in range(vcols)] for i in range(rows)]
     for row in accs:
         lines.append(f"    int16 {', '.join(f'{c} = 0' for c in row)};")
-    lines.append(f"    for (int pc = 0; pc < {cp}; ++pc, xp += {hw}, wp += {2 * rows}) {{")
+    step = vcols * 16 if local else hw
+    lines.append(f"    for (int pc = 0; pc < {cp}; ++pc, xp += {step}, wp += {2 * rows}) {{")
     widened = f"convert_short{2 * rows}(vload{2 * rows}(0, wp))"
     lines.append(f"        const int{rows} wi = as_int{rows}({widened} - wz2);")
     for j in range(vcols):
-        lines.append(f"        const KERNEL_short32 x{j} = "
-                     f"__builtin_astype(vload16(0, xp + p{j}), KERNEL_short32);")
+        at = f"{j}, xp" if local else f"0, xp + p{j}"
+        lines.append(f"        const KERNEL_short32 x{j} = __builtin_astype(vload16({at}), KERNEL_short32);")
     for i in range(rows):
         lines.append("        " + " ".join(f"{c} = KERNEL_pair_madd({c}, wi.s{i}, x{j});"
                                             for j, c in enumerate(accs[i])))
     lines.append("    }")
     lines += pixel_gemm_stores(ctx, og, hw, vcols, accs, epilogue)
     lines.append("}")
-    local = 1
-    main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (local, 1, 1),
-                  ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
-    low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * n * groups * cp * hw],
-                  schedule={"pointwise": 1, "rows": rows, "vcols": vcols})
+    schedule = {"pointwise": 1, "rows": rows, "vcols": vcols, "group_repack": int(local)}
+    if local:
+        main = Kernel("\n".join(lines) + "\n", panel.grid(n * groups), panel.local,
+                      ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
+        low = Lowered([main], scratch=[panel.scratch(n * groups)], schedule=schedule)
+    else:
+        main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
+                      ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+        low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * n * groups * cp * hw],
+                      schedule=schedule)
+        low.flops_kernel = 1
     # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 2), rows, 2]
     low.pack[1] = PackSpec((1, 2), (rows, 2), reshape=(groups, og, cg))
-    low.flops_kernel = 1
     return low

@@ -37,7 +37,7 @@ import numpy as np
 
 from .base import Ctx, Kernel, Lowered, NotLowerable, PackSpec, ctype
 from .gemm import Epilogue
-from .qconv_pairs import channel_lane_kernel, channel_lane_stores, pixel_gemm_stores
+from .qconv_pairs import GroupPanel, channel_lane_kernel, channel_lane_stores, in_group, pixel_gemm_stores
 
 FEATURES = "avx512vnni"
 PREAMBLE = f"""// acc + in each i32 lane the four products of u's unsigned and w's signed bytes (vpdpbusd)
@@ -414,16 +414,6 @@ __kernel void KERNEL(__global const {xt}* restrict in0, __global const {xt}* res
     return Kernel(src, (math.ceil(panels / lx) * lx, n * groups * cq), (lx, 1), ("in0", "in2", "tmp0"))
 
 
-GROUP_ITEMS = 32
-"""Items of a pointwise work-group that interleaves its own pixels' quads: the output-channel blocks of one
-pixel panel (more blocks take more work-groups, each interleaving the panel again into its own slice)."""
-
-
-def _in_group(ctx: Ctx) -> bool:
-    """schedule `group_repack` (default 1): each work-group interleaves its panel itself."""
-    return bool(int(ctx.schedule.get("group_repack", 1)))
-
-
 def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     """A 1x1 integer conv as a GEMM over pixels: `rows` output channels x `vcols` vectors of 16 pixels a
     work-item; per channel quad one 64-byte load of each pixel vector, a broadcast of each row's weight
@@ -452,7 +442,7 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     if rows not in (4, 8) or not 1 <= vcols <= 4:
         raise NotLowerable(f"'{ctx.op_name}' schedule rows={rows} (4 or 8), vcols={vcols} (1..4)")
     panels, mb = math.ceil(hw / 16), math.ceil(og / rows)
-    local = _in_group(ctx)
+    local = in_group(ctx)
     accs, body = _pixel_dots_head("xp", "wp", rows, vcols, local)
     if needed:  # off * sum w' of each row: the rows' quads lie [cq][rows]
         body += _weight_sums("wp", rows, rows * cq, flip_w)
@@ -479,10 +469,8 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
              "products)" + ("; a work-group interleaves its pixels' quads" if local else ""),
              *body, "",
              f"__kernel void KERNEL({q._params(ctx, first)}) {{"]
-    items = min(mb, GROUP_ITEMS)
-    groups_x, slices = math.ceil(mb / items), math.ceil(panels / vcols)
-    slice_ints = cq * vcols * 16
-    at_slice = f"((long)(get_global_id(2) * {slices} + get_group_id(1)) * {groups_x} + get_group_id(0)) * {slice_ints}"
+    panel = GroupPanel(mb, panels, vcols, cq)
+    items, at_slice = panel.items, panel.at
     if local:
         vector, _ = _quad_loads(ctx, cg, hw, "pc")
         lines += ["    {  // the fill (self-contained, so that cooperative execution can run it as a phase)",
@@ -515,9 +503,9 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     lines.append("}")
     schedule = {"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1, "group_repack": int(local)}
     if local:
-        main = Kernel("\n".join(lines) + "\n", (groups_x * items, slices, n * groups), (items, 1, 1),
+        main = Kernel("\n".join(lines) + "\n", panel.grid(n * groups), panel.local,
                       ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
-        low = Lowered([main], scratch=[4 * n * groups * slices * groups_x * slice_ints], schedule=schedule)
+        low = Lowered([main], scratch=[panel.scratch(n * groups)], schedule=schedule)
     else:
         main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
                       ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
