@@ -98,6 +98,12 @@ def main(input: str, output: str | None, opt_level: int, target: str, device: st
     info, tuning = codegen_device(device, tuning_records) if target == "opencl" else (None, None)
     hints = parse_shape_hints(shape_hint)
     module, _ = load_model(input, input_shape)
+    from ..targets.opencl.lower import is_lowered
+
+    if is_lowered(module):  # as tessel-codegen refuses it: its kernels are compiled already
+        name = "<stdin>" if input in (None, "-") else input
+        raise fail(f"'{name}' is already lowered to a target (it holds a cl.program): run it with "
+                   "tessel-run, or compile the IR it came from")
     for note in getattr(module, "notes", ()):
         click.echo(f"note: {note}", err=True)
     optimize(module, opt_level, remarks_missed, weight_precision, categories)

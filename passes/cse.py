@@ -2,7 +2,8 @@
 
 Two pure ops with the same name, operands, attributes and result types compute the same values; the
 later one is replaced by the earlier. Scoped: an op inside a region may reuse one from an enclosing
-block, never the other way. Ops with regions are left alone.
+block, never the other way, and none from outside a region isolated from above (a `kernel` or
+`cl.launch` body sees only its block arguments). Ops with regions are left alone.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..ir.attributes import attr_key
 from ..ir.core import Block, Module, Op
+from ..ir.ops.registry import get_op
 from .manager import Pass, PassContext
 from .rewrite import is_pure
 
@@ -35,9 +37,11 @@ class CSE(Pass):
     def block(self, block: Block, known: dict[tuple[Any, ...], Op]) -> None:
         scope = dict(known)
         for op in list(block.ops):
+            opdef = get_op(op.name)
+            isolated = opdef is not None and opdef.has("region-body")
             for r in op.regions:
                 for b in r.blocks:
-                    self.block(b, scope)
+                    self.block(b, {} if isolated else scope)
             if not is_pure(op) or not op.results:
                 continue
             key = _key(op)
