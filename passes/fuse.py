@@ -85,7 +85,15 @@ from ..ir.core import Block, Module, Op, Region, Value, fuse_locs
 from .common import control_blocks
 from .fuse_anchor import AnchorRules
 from .fuse_elementwise import ElementwiseRules
-from .fuse_rules import GATE_MAX_POOL, global_pool, is_anchor, is_elementwise, known_shape, quoted
+from .fuse_rules import (
+    GATE_MAX_POOL,
+    global_pool,
+    is_anchor,
+    is_elementwise,
+    is_table_lookup,
+    known_shape,
+    quoted,
+)
 from .manager import Pass, PassContext
 
 
@@ -95,8 +103,9 @@ class Fuse(Pass):
 
     Options: `max-ops` (ops per region), `max-args` (operands per region), `recompute` (clone cheap
     multi-use producers into each consumer's region instead of refusing), `norm-prologue-max-n` (the
-    widest contraction, in output columns, that takes the layer_norm computing its A). See the module
-    docstring.
+    widest contraction, in output columns, that takes the layer_norm computing its A),
+    `lookup-max-elements` (the largest result whose table lookup joins an integer conv's epilogue). See
+    the module docstring.
     """
 
     NAME = "fuse"
@@ -112,6 +121,7 @@ class Fuse(Pass):
     norm_prologue_max_n: int = 16
     gate_max_pool: int = GATE_MAX_POOL
     expand_max_window: int = 9
+    lookup_max_elements: int = 4096
 
     def run(self, module: Module, ctx: PassContext) -> None:
         for f in module.funcs:
@@ -184,7 +194,7 @@ class _Fuser(AnchorRules, ElementwiseRules):
         for o in ops:
             self.block.remove(o)
             body.append(o)
-            takes_literals = o is not anchor and is_elementwise(o)
+            takes_literals = o is not anchor and (is_elementwise(o) or is_table_lookup(o))
             for j, v in enumerate(o.operands):
                 if id(v) in values_inside:
                     continue

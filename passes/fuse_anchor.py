@@ -22,6 +22,7 @@ from .fuse_rules import (
     blocked_on_channels,
     is_anchor,
     is_elementwise,
+    is_table_lookup,
     known_shape,
     one_pixel,
     pixel_fc,
@@ -313,7 +314,15 @@ class AnchorRules(InputRules):
                     f"'{last.name}'; only a pack right after a conv2d or pool joins its kernel",
                 )
                 return
-            if not is_elementwise(u):
+            table = is_table_lookup(u, anchor) and u.operands[0] is v
+            limit = self.p.lookup_max_elements
+            if table and self.elements(u) > limit:
+                self.missed("lookup-size", [u, last],
+                            f"'{u.name}' of {self.elements(u)} elements stays a kernel of its own: {where} "
+                            f"takes a table lookup of at most lookup-max-elements={limit} (a load an "
+                            "element, where its own kernel permutes 64 bytes at once)")
+                return
+            if not is_elementwise(u) and not table:
                 if not is_anchor(u):
                     self.missed(
                         "not-elementwise",

@@ -73,6 +73,17 @@ def is_elementwise(op: Op) -> bool:
     return opdef is not None and opdef.has("elementwise") and len(op.results) == 1
 
 
+def is_table_lookup(op: Op, anchor: Op | None = None) -> bool:
+    """A `lookup` of an 8-bit value in a literal table of at most 256 entries, which an epilogue of
+    `anchor` (one of REQUANTIZED_ANCHORS: its stored values are 8-bit) takes like an elementwise op: the
+    table becomes a constant array of the kernel (a QDQ model's SiLU, hard-swish or GELU after a conv,
+    which fold-lookup made a table, is otherwise a launch of its own)."""
+    table = op.operands[1] if op.name == "lookup" else None
+    return (table is not None and (anchor is None or anchor.name in REQUANTIZED_ANCHORS)
+            and table.op is not None and table.op.name == "const" and table.type.is_static
+            and table.type.numel <= 256)
+
+
 def is_literal(v: Value) -> bool:
     return v.op is not None and v.op.name == "const" and isinstance(v.op.attrs.get("value"), DenseAttr)
 
@@ -258,7 +269,8 @@ class FuserBase:
             for v in o.operands:
                 if id(v) in inside:
                     continue
-                if is_literal(v) and o is not anchor and is_elementwise(o):
+                table = is_table_lookup(o) and v is o.operands[1]
+                if (is_literal(v) or table) and o is not anchor and (is_elementwise(o) or table):
                     literals.setdefault(id(v), v)
                 else:
                     args.setdefault(id(v), v)

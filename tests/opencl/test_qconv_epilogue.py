@@ -35,7 +35,8 @@ def T(*dims: int, dtype: str) -> str:
 def case_module(c: int, o: int, hw: int, k: int, groups: int, stride: int, chain: str) -> str:
     """A func: qconv2d of x [1, c, hw, hw] (ui8) by constant weights, then `chain` ("bn": dequantize, mul
     and add of per-channel constants, quantize; "residual": a qadd of a ui8 argument of the output's
-    shape), then the 8-bit result; the requantizing scale set so the outputs spread over the 8-bit range."""
+    shape; "lookup": a table of 256 bytes), then the 8-bit result; the requantizing scale set so the
+    outputs spread over the 8-bit range."""
     pad = k // 2
     ho = (hw + 2 * pad - k) // stride + 1
     taps = c // groups * k * k
@@ -68,6 +69,9 @@ def case_module(c: int, o: int, hw: int, k: int, groups: int, stride: int, chain
             f"  %a = add %m, %h : ({yf}, {ch}) -> {yf}",
         ]
         lines.append(f"  %q = quantize %a, %qs, %qz : ({yf}, tensor<f32>, tensor<ui8>) -> {y}")
+    elif chain == "lookup":  # a tabulated activation (fold-lookup's), joining small epilogues (fuse)
+        lines[-1:] = ["  %t = const {value = dense<0> : tensor<256xui8>} : () -> tensor<256xui8>",
+                      f"  %q = lookup %c, %t : ({y}, tensor<256xui8>) -> {y}"]
     else:  # as fold-qdq leaves a QDQ residual add: onnxruntime's QLinearAdd arithmetic on the integers
         lines[-1:] = [f"  %q = qadd %c, %r {{a_scale = 0.05, a_zero_point = 120, b_scale = 0.06, "
                       f"b_zero_point = 100, scale = 0.07, zero_point = 110}} : ({y}, {y}) -> {y}"]
@@ -88,6 +92,8 @@ def randomize(m, rng: np.random.Generator) -> None:  # noqa: ANN001
         elif t.dtype == "f32" and t.rank == 4:
             base = 0.0 if any(u.name == "add" for u, _ in op.results[0].uses) else 1.0
             op.attrs["value"] = DenseAttr(t, (base + 0.3 * rng.standard_normal(t.dims)).astype(np.float32))
+        elif t.dtype == "ui8" and t.dims == (256,):  # a lookup's table: a permutation of the bytes
+            op.attrs["value"] = DenseAttr(t, rng.permutation(256).astype(np.uint8))
         elif t.dtype == "i32":
             op.attrs["value"] = DenseAttr(t, rng.integers(-500, 501, t.dims).astype(np.int32))
 
@@ -111,6 +117,11 @@ CASES = [  # (id, c, o, hw, k, groups, stride, chain, schedule it must take)
     ("channel-lanes", 16, 32, 6, 3, 1, 1, "residual", "lanes"),
     ("channel-lanes-partial", 16, 24, 6, 3, 1, 1, "bn", "lanes"),
     ("pixel-lanes", 8, 8, 9, 3, 2, 1, "bn", "cols"),
+    # a table lookup in the chain (a gather from the program's constant array, lane by lane)
+    ("pointwise-lookup", 8, 16, 10, 1, 1, 1, "lookup", "pointwise"),
+    ("depthwise-lookup", 16, 16, 10, 3, 16, 1, "lookup", "depthwise"),
+    ("depthwise-lanes-lookup", 32, 32, 6, 3, 32, 1, "lookup", "depthwise"),
+    ("channel-lanes-lookup", 16, 32, 6, 3, 1, 1, "lookup", "lanes"),
 ]
 
 

@@ -22,7 +22,7 @@ from .base import Ctx, Lowered, NotLowerable, ctype, require_static
 from .elementwise import offset
 from .norm import NO_HOOK, Hook
 
-CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm"}
+CHAIN_OPS = frozenset(ew.RULES) | {"batch_norm", "lookup"}  # lookup: of a table in the region (fuse_rules)
 Anchor = Callable[..., Lowered]  # (ctx, epilogue, *, in_block, out_block) -> Lowered
 ARRAY_LIMIT = 1024  # elements of an in-region constant baked into the program as a __constant array
 LANES = "0123456789abcdef"
@@ -123,7 +123,15 @@ def op_expr(op: Op, sig: Sig, names: list[str], width: int) -> str:
         eps = ew.literal(float(np.dtype(sig.operands[0].np_dtype).type(sig["epsilon"])), c)
         a = f"({s} / sqrt({v} + {eps}))"
         return f"({x} * {a} + ({b} - {m} * {a}))"
+    if op.name == "lookup":  # names[1]: the table's constant array; x's byte read as unsigned (fuse
+        # takes lookups into epilogues of small results only: a load an element)
+        x, table = names
+        if width == 1:
+            return f"{table}[(uchar)({x})]"
+        lanes = ", ".join(f"{table}[as_uchar{width}({x}).s{LANES[j]}]" for j in range(width))
+        return f"({vt(sig.results[0], width)})({lanes})"
     return ew.expr(op.name, sig, names, width)
+
 
 
 def vector_ok(rg: Region, ops: list[Op], types: list[TensorType], mixed: bool = False) -> bool:
@@ -133,11 +141,12 @@ def vector_ok(rg: Region, ops: list[Op], types: list[TensorType], mixed: bool = 
     if any(op.name not in CHAIN_OPS for op in ops):
         return False
     cs = {ctype(t) for t in types} | {ctype(t) for op in ops for t in [*op.operand_types, *op.result_types]}
-    if len(cs) == 1 and all(op.name == "batch_norm" or ew.vectorizable(op.name, rg.sig(op)) for op in ops):
+    if len(cs) == 1 and all(op.name in ("batch_norm", "lookup") or ew.vectorizable(op.name, rg.sig(op))
+                            for op in ops):
         return True
     # converting ops (quantize, dequantize, qadd, qmul: float arithmetic between 8-bit values) lane-wise
-    return mixed and all(op.name != "batch_norm" and (ew.vectorizable(op.name, rg.sig(op))
-                                                      or ew.converts(op.name, rg.sig(op))) for op in ops)
+    return mixed and all(op.name == "lookup" or (op.name != "batch_norm" and (
+        ew.vectorizable(op.name, rg.sig(op)) or ew.converts(op.name, rg.sig(op)))) for op in ops)
 
 
 def vt(t: TensorType | str, width: int) -> str:
@@ -281,6 +290,11 @@ class Chain:
             sp = self.spaces[id(op)]
             operands = []
             for k, v in enumerate(op.operands):
+                if op.name == "lookup" and k == 1:  # the table: a constant array of the program
+                    if id(v) not in self.rg.array:
+                        raise NotLowerable("a lookup's table that is not a constant array of the region")
+                    operands.append(f"KERNEL_a{self.rg.array[id(v)][0]}")
+                    continue
                 shape = operand_shape(op, k, len(sp.dims))
                 if id(v) in names:
                     operands.append(names[id(v)])
