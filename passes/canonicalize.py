@@ -323,7 +323,7 @@ def make_patterns(module: Module) -> dict[str, list[Pattern]]:
         y = op.result.type
         if not (x.type.is_static and w.type.is_static and y.is_static and x.type.rank == 4):
             return False
-        pads, strides, dil = (list(op.attrs.get(k, d))  # type: ignore[call-overload]
+        pads, strides, dil = (list(op.attrs.get(k, d))  # type: ignore[arg-type]
                               for k, d in (("pads", [0] * 4), ("strides", [1, 1]), ("dilations", [1, 1])))
         if x.type.dims[3] != 1 or w.type.dims[3] != 1 or y.dims[3] != 1 or pads[1] or pads[3] \
                 or x.type.dims[2] == 1:
