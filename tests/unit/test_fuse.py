@@ -28,6 +28,7 @@ from tessel.passes.fuse_rules import (
     global_pool,
     is_anchor,
     is_channel_shuffle,
+    is_table_lookup,
     pixel_fc,
 )
 from tessel.passes.manager import PassManager
@@ -188,7 +189,7 @@ def check_contract(k: Op) -> None:
         after = after[:-1]
     chain = {id(prev.result)}  # the values computed from the anchor's: a chain, or a DAG that reconverges
     for o in after:
-        assert o in ew or (o in norms and o.operands[0] is prev.result)
+        assert o in ew or (o in norms and o.operands[0] is prev.result) or is_table_lookup(o, anchor)
         assert any(id(v) in chain for v in o.operands), "each op reads the chain"
         if anchor.name in REQUANTIZED_ANCHORS:  # 8-bit values and f32 between them (dequantize, quantize)
             assert o.result.type.shape == prev.result.type.shape, "the chain keeps its shape"

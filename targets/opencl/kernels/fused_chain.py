@@ -133,7 +133,6 @@ def op_expr(op: Op, sig: Sig, names: list[str], width: int) -> str:
     return ew.expr(op.name, sig, names, width)
 
 
-
 def vector_ok(rg: Region, ops: list[Op], types: list[TensorType], mixed: bool = False) -> bool:
     """Whether every op has a vector form and everything is of one C type; with `mixed`, each value may
     have its own type, quantize and dequantize converting between them (ew.converts: a QDQ chain's 8-bit

@@ -325,8 +325,8 @@ def pointwise_pairs(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
             lines += [f"            {{ const int p0 = min((nw * {vcols} + {j}) * 16, {hw - 16});",
                       f"              const int16 lo = {cvt.format(0)} - xz;",
                       f"              const int16 hi = second ? {cvt.format(hw)} - xz : (int16)(0);",
-                      "              vstore16((lo & 0xffff) | (hi << 16), 0, "
-                      f"xl + (pc * {vcols} + {j}) * 16); }}"]
+                      "              vstore16(as_int16((as_uint16(lo) & 0xffff) | (as_uint16(hi) << 16)), 0, "
+                      f"xl + (pc * {vcols} + {j}) * 16); }}"]  # unsigned: no shift of a negative int
         lines += ["        }", "    }", "    barrier(CLK_GLOBAL_MEM_FENCE);"]
     lines += ["    const int mb = get_global_id(0), nw = get_global_id(1), b = get_global_id(2);",
               f"    if (mb >= {mb}) return;",
