@@ -22,6 +22,7 @@ OpenCL compiler, a GPU) the same sums in plain int arithmetic. Both are exact: |
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +264,21 @@ class GroupPanel:
     def scratch(self, planes: int) -> int:
         return 4 * planes * self.slices * self.groups_x * self.ints
 
+    def lowered(self, ctx: Ctx, source: str, planes: int, in_group: bool, repack: Callable[[], Kernel],
+                repack_bytes: int, schedule: dict[str, int]) -> Lowered:
+        """The GEMM kernel `source` over `planes` (batch x groups): one launch whose work-groups take
+        their panels (`in_group`), or the `repack` launch (scratch of `repack_bytes`) then the GEMM, one
+        work-item a work-group."""
+        if in_group:
+            main = Kernel(source, self.grid(planes), self.local,
+                          ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
+            return Lowered([main], scratch=[self.scratch(planes)], schedule=schedule)
+        main = Kernel(source, (self.blocks, self.slices, planes), (1, 1, 1),
+                      ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
+        low = Lowered([repack(), main], scratch=[repack_bytes], schedule=schedule)
+        low.flops_kernel = 1
+        return low
+
 
 def pointwise_pairs_fits(ctx: Ctx) -> bool:
     """An unpadded stride-1 1x1 integer conv of at least 16 pixels and 2 input channels a group: the pixel
@@ -352,17 +368,9 @@ def pointwise_pairs(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     lines.append("    }")
     lines += pixel_gemm_stores(ctx, og, hw, vcols, accs, epilogue)
     lines.append("}")
-    schedule = {"pointwise": 1, "rows": rows, "vcols": vcols, "group_repack": int(local)}
-    if local:
-        main = Kernel("\n".join(lines) + "\n", panel.grid(n * groups), panel.local,
-                      ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
-        low = Lowered([main], scratch=[panel.scratch(n * groups)], schedule=schedule)
-    else:
-        main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
-                      ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
-        low = Lowered([repack_pairs(ctx, geo, groups, cp), main], scratch=[4 * n * groups * cp * hw],
-                      schedule=schedule)
-        low.flops_kernel = 1
+    low = panel.lowered(ctx, "\n".join(lines) + "\n", n * groups, local,
+                        lambda: repack_pairs(ctx, geo, groups, cp), 4 * n * groups * cp * hw,
+                        {"pointwise": 1, "rows": rows, "vcols": vcols, "group_repack": int(local)})
     # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 2), rows, 2]
     low.pack[1] = PackSpec((1, 2), (rows, 2), reshape=(groups, og, cg))
     return low

@@ -501,17 +501,10 @@ def pointwise_quads(ctx: Ctx, epilogue: Epilogue | None = None) -> Lowered:
     results = [[f"acc[{i * vcols + j}]" for j in range(vcols)] for i in range(rows)]
     lines += pixel_gemm_stores(ctx, og, hw, vcols, results, epilogue)
     lines.append("}")
-    schedule = {"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1, "group_repack": int(local)}
-    if local:
-        main = Kernel("\n".join(lines) + "\n", panel.grid(n * groups), panel.local,
-                      ("tmp0", *(f"in{i}" for i in range(len(ctx.operands))), "out0"))
-        low = Lowered([main], scratch=[panel.scratch(n * groups)], schedule=schedule)
-    else:
-        main = Kernel("\n".join(lines) + "\n", (mb, math.ceil(panels / vcols), n * groups), (1, 1, 1),
-                      ("tmp0", *(f"in{i}" for i in range(1, len(ctx.operands))), "out0"))
-        low = Lowered([repack_pixels(ctx, groups, cq), main], scratch=[4 * n * groups * cq * hw],
-                      schedule=schedule)
-        low.flops_kernel = 1
+    low = panel.lowered(ctx, "\n".join(lines) + "\n", n * groups, local,
+                        lambda: repack_pixels(ctx, groups, cq), 4 * n * groups * cq * hw,
+                        {"pointwise": 1, "rows": rows, "vcols": vcols, "quads": 1,
+                         "group_repack": int(local)})
     # [O, Cg, 1, 1] -> [G, ceil(og / rows), ceil(Cg / 4), rows, 4], missing channels at the zero point
     low.pack[1] = PackSpec((1, 2), (rows, 4), padding_value=float(wz), reshape=(groups, og, cg))
     return low
