@@ -452,6 +452,31 @@ def test_reduction_with_a_prologue(shape: tuple[int, ...], axes: list[int], op: 
     assert "KERNEL_pro" not in source(m) and re.search(r"k\d+_\w+_pro\d+\(", source(m))
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes", "op", "dtype"),
+    [((1, 32, 7, 7), [2, 3], "reduce_mean", "ui8"),  # a QDQ squeeze-excitation's pool: a row kernel
+     ((64, 24), [0], "reduce_sum", "i8"),  # a column kernel
+     ((3, 40000), [1], "reduce_mean", "ui8")],  # a row split: the prologue in the first kernel
+    ids=["pool-ui8", "column-i8", "row-split-ui8"],
+)
+def test_reduction_reads_the_8_bit_values_its_dequantize_prologue_takes(
+        shape: tuple[int, ...], axes: list[int], op: str, dtype: str) -> None:
+    """A dequantize prologue of 8-bit values: the kernel reads the bytes and converts them as it loads
+    them (the dequantized floats are never written), in row, column and split kernels."""
+    x, xf = T(*shape, dtype=dtype), T(*shape)
+    keep = [1 if (a % len(shape)) in {b % len(shape) for b in axes} else d for a, d in enumerate(shape)]
+    y = T(*keep)
+    body = "\n".join([
+        f"%s = const {{value = dense<0.05> : {T()}}} : () -> {T()}",
+        f"%z = const {{value = dense<3> : {T(dtype=dtype)}}} : () -> {T(dtype=dtype)}",
+        f"%d = dequantize %_x, %s, %z : ({x}, {T()}, {T(dtype=dtype)}) -> {xf}",
+        f"%r = {op} %d {{axes = {axes}, keepdims = true}} : ({xf}) -> {y}", f"yield %r : {y}"])
+    m, _ = run(module({"x": x}, {}, body, ["x"], [y], "reduction"))
+    c = "uchar" if dtype == "ui8" else "char"
+    assert re.search(rf"__global const {c}\* restrict in0", source(m)) and "dequantize" not in [
+        op.name for op in m.funcs[0].block.ops]
+
+
 def test_global_avg_pool_with_epilogue() -> None:
     x, y = T(1, 48, 7, 7), T(1, 48, 1, 1)
     body = f"""

@@ -40,8 +40,13 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
     if c not in ("float", "double") or result.type.dtype != main.type.dtype:
         raise NotLowerable(f"a fused '{anchor.name}' of {main.type.dtype} giving {result.type.dtype}")
     # the prologue runs on the anchor's input: its main operand is the one the anchor's kernel reads
+    source = ""  # the C type of the buffer the kernel reads, where the prologue converts it
     if pro:
         full = [v for op in pro for v in op.operands if id(v) in rg.arg and v.type == x.type]
+        if not full:  # the 8-bit values a dequantize reads (a QDQ model's squeeze-excitation pool)
+            full = [v for op in pro if op.name == "dequantize" for v in op.operands[:1]
+                    if id(v) in rg.arg and v.type.dims == x.type.dims]
+            source = ctype(full[0].type) if full else ""
         if not full:
             raise NotLowerable("no kernel operand of the prologue has the anchor input's shape")
         first, x_arg = full[0], rg.arg[id(full[0])]
@@ -76,6 +81,7 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
             ctx.device,
             epi_chain.hook() if ops else None,  # type: ignore[arg-type]
             pro_chain.hook() if pro else None,  # type: ignore[arg-type]
+            source,
         )
     low.pack = packed_operands(rg, low, where, anchor)
     extras = sorted({a for ch in chains for a in ch.extras})

@@ -153,7 +153,7 @@ def make_plan(x: TensorType, axes: tuple[int, ...], vw: int, splittable: bool) -
 def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
     """The loop nest over the reduced groups outside the vectorized run; `p` points at the current one."""
     if not plan.rows:
-        return ["{", *indent(["const __global TYPE* p = x;", *body]), "}"]
+        return ["{", *indent(["const __global SRC* p = x;", *body]), "}"]
     lines: list[str] = []
     terms = []
     for j, (size, stride, _) in enumerate(plan.rows):
@@ -161,7 +161,7 @@ def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
         lines.append("    " * j + f"for ({it} r{j} = {lo}; r{j} < {hi}; ++r{j}) {{")
         terms.append(f"r{j} * {stride}" if stride != 1 else f"r{j}")
     d = len(plan.rows)
-    inner = [f"const __global TYPE* p = x + {' + '.join(terms)};", *body]
+    inner = [f"const __global SRC* p = x + {' + '.join(terms)};", *body]
     lines += indent(inner, d)
     lines += ["    " * j + "}" for j in reversed(range(d))]
     return lines
@@ -169,12 +169,17 @@ def row_loops(plan: Plan, it: str, body: list[str]) -> list[str]:
 
 def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
                    device: DeviceInfo, epilogue: Epilogue | None = None,
-                   prologue: Epilogue | None = None) -> Lowered:
+                   prologue: Epilogue | None = None, source: str = "") -> Lowered:
     """Kernels computing `op` (a REDUCERS key) of `x` over `axes` into `y` (same element type), with an
     optional fused `epilogue` on every stored output and `prologue` on every loaded input element (its
-    position: the element's flat index in x, of the first lane for a vector)."""
+    position: the element's flat index in x, of the first lane for a vector). `source`: the C type of the
+    buffer the prologue reads, where it is not x's (a dequantize's 8-bit values: loaded and converted to
+    x's type before the prologue)."""
     require_static(x, y)
     c = elem_ctype(x, device)
+    src = source or c
+    if src != c and prologue is None:
+        raise NotLowerable(f"{op}: a {src} source needs the prologue that makes it {c}")
     epi: Store = epilogue.apply if epilogue is not None else _plain
     pre: Store = prologue.apply if prologue is not None else _plain
     extra = tuple(sorted(epilogue.args)) if epilogue is not None else ()
@@ -206,10 +211,10 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     # the first kernel's extra buffers: the prologue's, and the epilogue's when it stores the outputs
     first = tuple(dict.fromkeys((*extra, *pro_args))) if S == 1 else pro_args
     extra_params = [f"__global const {c}* restrict {n}" for n in first]
-    params = [f"__global const {c}* restrict in0", *extra_params, f"__global {dst_t}* restrict {dst}"]
+    params = [f"__global const {src}* restrict in0", *extra_params, f"__global {dst_t}* restrict {dst}"]
     gen = row_kernel if plan.row else column_kernel
-    body, items = gen(plan, r, c, a, vw, it, lse, epi, pre)
-    body = [ln.replace("TYPE", c) for ln in body]
+    body, items = gen(plan, r, c, a, vw, it, lse, epi, pre, src)
+    body = [ln.replace("SRC", src).replace("TYPE", c) for ln in body]
     shape = "row" if plan.row else "column"
     k = launch_1d(items)
     k.source = kernel_source(f"{what}: {shape} kernel, {vw}-wide, split in {S}" if S > 1 else
@@ -235,8 +240,16 @@ def reduce_kernels(op: str, x: TensorType, y: TensorType, axes: tuple[int, ...],
     return Lowered([k, k2], scratch=[S * plan.n_out * SIZES[a]], schedule=sched)
 
 
+def _load(v: V, src: str, ptr: str, off: str) -> str:
+    """`v`'s lanes from `ptr` (of `src` elements) at `off`, converted to v's type where src is another."""
+    if src == v.c:
+        return v.load(ptr, off)
+    raw = V(src, v.w).load(ptr, off)
+    return f"({v.t}){raw}" if v.w == 1 else f"convert_{v.t}({raw})"
+
+
 def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool,
-               epi: Store = _plain, pre: Store = _plain) -> tuple[list[str], int]:
+               epi: Store = _plain, pre: Store = _plain, src: str = "") -> tuple[list[str], int]:
     """One work-item per output (per split part): vector loop over the contiguous reduced run; `epi`
     rewrites each stored output, `pre` each loaded input."""
     S, n_out = plan.splits, plan.n_out
@@ -247,7 +260,7 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
     else:
         lines.append(f"const {it} o = g;")
     lines += offset_code("o", plan.kept, "base", it)
-    lines.append("const __global TYPE* x = in0 + base;")
+    lines.append("const __global SRC* x = in0 + base;")
     if plan.split_rows > 1:
         n0 = plan.rows[0][0]
         per = -(-n0 // plan.split_rows)
@@ -285,8 +298,8 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
             out.append(f"const {a} {name}_t = {name}1;")
         return out
 
-    vload = pre(V(c, vw).load("p", "i"), V(c, vw), "(p - in0) + i")
-    sload = pre("p[i]", V(c, 1), "(p - in0) + i")
+    vload = pre(_load(V(c, vw), src or c, "p", "i"), V(c, vw), "(p - in0) + i")
+    sload = pre(_load(V(c, 1), src or c, "p", "i"), V(c, 1), "(p - in0) + i")
     if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
         lines += sweep("max", False, vload, sload, "m")
         lines.append(f"const {a} sh = isfinite(m_t) ? m_t : {flit(0.0, a)};")
@@ -302,8 +315,8 @@ def row_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bo
     return lines, items
 
 
-def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
-                  lse: bool, epi: Store = _plain, pre: Store = _plain) -> tuple[list[str], int]:
+def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str, lse: bool,
+                  epi: Store = _plain, pre: Store = _plain, src: str = "") -> tuple[list[str], int]:
     """One work-item per `unroll` vectors of consecutive outputs along the contiguous kept run (lanes are
     outputs): each reduced position reads `unroll` neighbouring vectors, a few whole cache lines."""
     K = plan.inner
@@ -328,8 +341,8 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
 
     def path(w: int, off: str, u: int = 1) -> list[str]:
         v, vc = V(a, w), V(c, w)
-        load = pre(vc.load("p", "0"), vc, "(p - in0)")
-        out = [f"const __global TYPE* x = in0 + base + {off};"]
+        load = pre(_load(vc, src or c, "p", "0"), vc, "(p - in0)")
+        out = [f"const __global SRC* x = in0 + base + {off};"]
         if lse:  # the max, a shift by it when finite (as the reference), the sum of exp, its log
             m, s = Blocked("m", v, "max", "-INFINITY", False), Blocked("s", v, "add", flit(0.0, a), True)
             out += m.decl() + row_loops(plan, it, [f"m = {combine('max', v, 'm', load)};"])
@@ -345,7 +358,7 @@ def column_kernel(plan: Plan, r: Reducer, c: str, a: str, vw: int, it: str,
         step = []
         for j, acc in enumerate(accs):
             vj = f"v{j}" if u > 1 else "v"
-            loaded = pre(vc.load("p", str(j * w)), vc, f"(p - in0) + {j * w}")
+            loaded = pre(_load(vc, src or c, "p", str(j * w)), vc, f"(p - in0) + {j * w}")
             step += [f"const {v.t} {vj} = {element(r, c, a, v, loaded)};", *acc.add(vj)]
         out += row_loops(plan, it, step + counted(accs)) + [s for acc in accs for s in acc.flush()]
         for j, acc in enumerate(accs):
