@@ -477,6 +477,25 @@ def test_reduction_reads_the_8_bit_values_its_dequantize_prologue_takes(
         op.name for op in m.funcs[0].block.ops]
 
 
+def test_a_norm_keeps_its_dequantize_prologue_out_of_its_kernel() -> None:
+    """layer_norm of dequantized bytes: the norms' kernels read their input as floats, so the region runs
+    unfused (two launches) and stays right; only the reduce_* kernels read 8-bit values themselves."""
+    x, xf = T(2, 5, 48, dtype="ui8"), T(2, 5, 48)
+    text = module({"x": x}, {}, "\n".join([
+        f"%s = const {{value = dense<0.05> : {T()}}} : () -> {T()}",
+        f"%z = const {{value = dense<3> : {T(dtype='ui8')}}} : () -> {T(dtype='ui8')}",
+        f"%d = dequantize %_x, %s, %z : ({x}, {T()}, {T(dtype='ui8')}) -> {xf}",
+        f"%n = softmax %d {{axis = -1}} : ({xf}) -> {xf}", f"yield %n : {xf}"]), ["x"], [xf], "reduction")
+    want_m, got_m = parse_module(text), parse_module(text)
+    func = want_m.funcs[0]
+    inputs = [np.random.default_rng(0).integers(0, 256, (2, 5, 48)).astype(np.uint8)]
+    want = run_func(want_m, func, inputs)
+    lower_module(got_m)
+    assert sum(op.name == "cl.launch" for op in got_m.funcs[0].block.ops) == 2
+    got = Executable(got_m, got_m.funcs[0]).run(inputs)
+    np.testing.assert_allclose(got[0], want[0], **TOL)
+
+
 def test_global_avg_pool_with_epilogue() -> None:
     x, y = T(1, 48, 7, 7), T(1, 48, 1, 1)
     body = f"""

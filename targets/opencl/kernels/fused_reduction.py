@@ -43,7 +43,8 @@ def lower_reduction(ctx: Ctx, rg: Region) -> Lowered:
     source = ""  # the C type of the buffer the kernel reads, where the prologue converts it
     if pro:
         full = [v for op in pro for v in op.operands if id(v) in rg.arg and v.type == x.type]
-        if not full:  # the 8-bit values a dequantize reads (a QDQ model's squeeze-excitation pool)
+        if not full and anchor.name in REDUCERS:  # the 8-bit values a dequantize reads (a QDQ model's
+            # squeeze-excitation pool): reduce_kernels loads them as bytes; the norms' kernels cannot
             full = [v for op in pro if op.name == "dequantize" for v in op.operands[:1]
                     if id(v) in rg.arg and v.type.dims == x.type.dims]
             source = ctype(full[0].type) if full else ""
