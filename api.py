@@ -384,6 +384,12 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
         cl_device = dev.pick_device(device)
         info = compile_info(cl_device, lambda text: print(f"tessel: {text}", file=sys.stderr))
     tuning = Tuning(read_records(tuning_records), info.fingerprint) if tuning_records else None
+    from .ir.specialize import is_dynamic
+    from .targets.opencl.kernels.winograd import considers
+
+    hook = info.calibrate  # the device's calibration, made on its first need (profile.compile_info)
+    if hook is not None and any(is_dynamic(f) for f in module.funcs) and considers(module):
+        info = info.measured()  # its sizes are lowered at run time, with the peaks stored by then
     lower_module(module, info, tuning=tuning)
     if shape_hints:
         from .targets.opencl.dynamic import embed_hint
@@ -391,8 +397,6 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
         hints = [shape_hints] if isinstance(shape_hints, Mapping) else list(shape_hints)
         func = module.func("main") or module.funcs[0]
         names = [n.name for n in CompiledModel._describe(func)]
-        from .ir.specialize import is_dynamic
-
         for hint in hints:
             unknown = sorted(set(hint) - set(names))
             if unknown or set(hint) != set(names):
@@ -408,6 +412,11 @@ def compile(model: Any, opt_level: int = 2, target: str = "opencl", device: str 
     levels["target"] = module
     codegen = time.perf_counter() - t0
     phases["codegen"] = codegen
+    if key is not None and hook is not None and hook.peaks is not None:
+        # this lowering calibrated the device (its first need): keyed by the peaks stored now, under which
+        # a later compile looks the model up
+        key = _cache_key(source, device, opt_level, tuning_records, input_shapes, weight_precision,
+                         shape_hints)[0]
     if key is not None:
         from .targets.opencl import compiled as compiled_cache
 

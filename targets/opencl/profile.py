@@ -9,11 +9,13 @@ hash, written atomically). `kernel_rows` turns a profiled run into one row per k
 OpenCL profiling events, GFLOP/s, GB/s, arithmetic intensity, and the fraction of the peak (compute or
 bandwidth) that bounds it by the roofline. `peaks_for(device)` is what the tools call: the stored peaks, or
 a calibration made and stored on the device's first use (a few seconds; the fingerprint names the
-platform, device, driver version and compute units, so a new driver is calibrated anew).
+platform, device, driver version and compute units, so a new driver is calibrated anew); `compile_info`
+leaves that calibration to the first lowering that needs the peaks (OnFirstNeed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -103,10 +105,35 @@ def peaks_for(device: Any, say: Any = None) -> Peaks:
     return peaks
 
 
+class OnFirstNeed:
+    """A device's peaks, calibrated (and stored, `say` told) the first time they are asked for: the hook a
+    DeviceInfo without stored peaks carries (DeviceInfo.measured). `peaks` is None until then."""
+
+    def __init__(self, device: Any, say: Any = None):
+        self.device, self.say = device, say
+        self.peaks: Peaks | None = None
+
+    def __call__(self) -> Peaks:
+        if self.peaks is None:
+            self.peaks = peaks_for(self.device, self.say)
+        return self.peaks
+
+
 def compile_info(device: Any, say: Any = None) -> Any:
-    """The DeviceInfo to compile for `device`: what it reports, with its peaks (calibrated now on its first
-    use, `say` told), which the lowering's cost model reads (kernels/winograd.py)."""
-    return dev.device_info(device, peaks_for(device, say))
+    """The DeviceInfo to compile for `device`: what it reports, with its stored peaks, which the lowering's
+    cost model reads (kernels/winograd.py). A device never calibrated (or calibrated by a tessel that did
+    not measure every peak) gets them on its first need instead: the info carries an OnFirstNeed hook, and
+    the first lowering whose choice depends on the peaks calibrates it then (a few seconds, `say` told). A
+    model without such a choice (no conv the Winograd rule would consider: transformers, recurrent and
+    mobile networks) compiles without one: its lowering is the same with or without the peaks."""
+    peaks = load_peaks(device)
+    if peaks is not None and peaks.stream_gbps:
+        return dev.device_info(device, peaks)
+    return dataclasses.replace(dev.device_info(device, NO_PEAKS), calibrate=OnFirstNeed(device, say))
+
+
+NO_PEAKS = Peaks(0.0, 0.0, 0.0)
+"""What device_info is given for a device whose peaks are still to be measured."""
 
 
 def _module(body: str, args: str, result: str) -> Any:

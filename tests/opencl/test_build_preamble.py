@@ -2,8 +2,9 @@
 after the extension pragmas; the IR's program source does not hold it): vstore8 / vstore16 of 8-, 16- and
 32-bit types as one unaligned vector store, 64-bit ones through the builtin, each writing exactly its
 elements at any offset in each address space; vload8 / vload16 of the same types as one unaligned vector
-load, reading exactly their elements at any offset from each address space; rint of floats by the 2^23 addition, equal to numpy's for
-every kind of float (halves, -0.0, 2^23 and past, inf, NaN), doubles and halves through the builtin."""
+load, reading exactly their elements at any offset from each address space; rint of floats by the 2^23
+addition, equal to numpy's for every kind of float (halves, -0.0, 2^23 and past, inf, NaN), doubles and
+halves through the builtin."""
 
 from __future__ import annotations
 
@@ -73,8 +74,11 @@ def load_kernel(t: str, n: int) -> str:
     {t} p[{n + 8}];
     for (int i = 0; i < {n + 8}; ++i) {{ l[i] = g[i]; p[i] = g[i]; }}
     barrier(CLK_LOCAL_MEM_FENCE);
-    const {t}{n} a = vload{n}(0, g + 3), b = vload{n}(0, c + 3), d = vload{n}(0, l + 3), e = vload{n}(0, p + 3);
-    for (int i = 0; i < {n}; ++i) {{ out[i] = a[i]; out[{n} + i] = b[i]; out[{2 * n} + i] = d[i]; out[{3 * n} + i] = e[i]; }}
+    const {t}{n} a = vload{n}(0, g + 3), b = vload{n}(0, c + 3);
+    const {t}{n} d = vload{n}(0, l + 3), e = vload{n}(0, p + 3);
+    for (int i = 0; i < {n}; ++i) {{
+        out[i] = a[i]; out[{n} + i] = b[i]; out[{2 * n} + i] = d[i]; out[{3 * n} + i] = e[i];
+    }}
 }}
 """
 
@@ -173,7 +177,8 @@ from tessel.targets.opencl import device as dev
 
 src = ("__kernel void k(__global const uchar* x, __global uchar* y, int o) "
        "{ vstore16(vload16(0, x + o), 0, y + o); }\n"
-       "__kernel void r(__global const float* x, __global float* y) { vstore16(rint(vload16(0, x)), 0, y); }\n"
+       "__kernel void r(__global const float* x, __global float* y) "
+       "{ vstore16(rint(vload16(0, x)), 0, y); }\n"
        "__kernel void f(__global const float* x, __global float* y, int o) "
        "{ vstore16(vload16(0, x + o) * 2.0f, 0, y + o); }")
 d = dev.pick_device()

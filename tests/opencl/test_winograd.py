@@ -188,3 +188,56 @@ def test_winograd_on_random_shapes(n, c, o, h, w, pads, blocks, tile, bias) -> N
     attrs = {"strides": [1, 1], "pads": pads, "dilations": [1, 1], "groups": 1}
     check_blocked("conv2d", ins, attrs, *blocks, epilogue=True, schedule={"winograd": 1, "tile": tile},
                   constant=CONST[:len(ins)], atol=1e-4 if tile == 2 else 1e-3)
+
+
+class _Hook:
+    """A DeviceInfo's calibration hook that counts its calls (profile.OnFirstNeed without a device)."""
+
+    def __init__(self, peaks):  # noqa: ANN001
+        self.calls, self.peaks_given = 0, peaks
+        self.peaks = None
+
+    def __call__(self):  # noqa: ANN204
+        self.calls += 1
+        self.peaks = self.peaks_given
+        return self.peaks
+
+
+def test_the_device_is_calibrated_on_the_first_choice_that_needs_its_peaks() -> None:
+    """A DeviceInfo without peaks carries a calibration hook (profile.compile_info); only the Winograd cost
+    model calls it, for a conv the rule would consider, and the choice is then the one made with those
+    peaks given from the start. Convs the rule refuses by their shape never calibrate."""
+    from tessel.targets.opencl.profile import Peaks
+
+    peaks = Peaks(300.0, 27.0, 5.0, stream_gbps=13.0)
+    given = DeviceInfo(peak_gflops=300, stream_gbps=13, copy_gbps=27)
+    for c, o, hw, s, g in [(8, 64, 56, 1, 1), (64, 64, 56, 2, 1), (64, 64, 56, 1, 2), (32, 32, 8, 1, 1)]:
+        hook = _Hook(peaks)
+        assert choice(c, o, hw, s=s, g=g, device=DeviceInfo(calibrate=hook)) == 0 and hook.calls == 0
+    for c, o, hw in [(512, 512, 7), (256, 256, 14), (64, 64, 56)]:
+        hook = _Hook(peaks)
+        assert choice(c, o, hw, device=DeviceInfo(calibrate=hook)) == choice(c, o, hw, device=given)
+        assert hook.calls >= 1
+    assert DeviceInfo(calibrate=_Hook(None)).measured() == DeviceInfo()  # nothing measured: as it was
+    assert DeviceInfo(calibrate=_Hook(peaks)).measured() == given
+    assert repr(DeviceInfo(calibrate=_Hook(peaks))) == repr(DeviceInfo())  # not part of its identity
+
+
+def test_considers_finds_the_convs_the_rule_would_ask_about() -> None:
+    from tessel.targets.opencl.kernels.winograd import considers
+
+    def module(k: int, stride: int, groups: int) -> object:
+        c = 4 * groups
+        h, p = 8 // stride, k // 2
+        x, w, y = f"tensor<1x{c}x8x8xf32>", f"tensor<8x4x{k}x{k}xf32>", f"tensor<1x8x{h}x{h}xf32>"
+        attrs = f"strides = [{stride}, {stride}], pads = [{p}, {p}, {p}, {p}], dilations = [1, 1], " \
+            f"groups = {groups}"
+        return parse_module(f"""module @m {{
+  func @main(%x: {x}, %w: {w}) -> {y} {{
+    %0 = conv2d %x, %w {{{attrs}}} : ({x}, {w}) -> {y}
+    return %0 : {y}
+  }}
+}}""", "<test>")
+
+    assert considers(module(3, 1, 1))
+    assert not any(considers(module(k, s, g)) for k, s, g in [(1, 1, 1), (3, 2, 1), (3, 1, 2)])

@@ -53,6 +53,14 @@ func @main(%x: tensor<1x9x8x8xf32>) -> tensor<1x16x8x8xf32> {
 """.replace("DIGEST", hashlib.sha256(K.tobytes()).hexdigest()).replace(
     "PAYLOAD", base64.b64encode(K.tobytes()).decode())
 
+K16 = (np.arange(16 * 16 * 9, dtype=np.float32).reshape(16, 16, 3, 3) % 7 - 3) / 20
+WIDE = CONV.replace("@c", "@wide").replace("x9x", "x16x").replace("16x9x3x3", "16x16x3x3").replace(
+    "x8x8", "x48x48")
+WIDE = WIDE.replace(hashlib.sha256(K.tobytes()).hexdigest(), hashlib.sha256(K16.tobytes()).hexdigest())
+WIDE = WIDE.replace(base64.b64encode(K.tobytes()).decode(), base64.b64encode(K16.tobytes()).decode())
+"""A 3x3 conv the Winograd rule considers (16 channels each way, 10.6 MFLOP): its lowering asks for the
+device's peaks."""
+
 
 @pytest.fixture
 def cache_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -207,3 +215,30 @@ def test_the_folder_is_trimmed_least_recently_used_first(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mid.tsl", "mid.weights", "new.tsl", "new.weights"]
     compiled.trim(str(tmp_path), limit_mb=0.5)
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_opencl
+def test_the_device_is_calibrated_by_the_first_compile_that_needs_it(
+        cache_on: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine with no stored peaks a compile whose lowering chooses nothing by them does not
+    calibrate; the first that does calibrates (once) and is stored under the key of the peaks stored by
+    then, so the next compile of it is a read."""
+    import tessel
+    from tessel.targets.opencl import profile
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path / "fresh"))  # no stored peaks
+    made: list[str] = []
+
+    def fake(device: object, *args: object, **kwargs: object) -> profile.Peaks:
+        made.append("calibrated")
+        return profile.Peaks(300.0, 27.0, 5.0, "fake", "2026-01-01", stream_gbps=13.0)
+
+    monkeypatch.setattr(profile, "calibrate", fake)
+    assert "cache" not in tessel.compile(STATIC).phases and made == []
+    assert "cache" not in tessel.compile(CONV).phases and made == []  # 9 channels: the rule refuses it
+    x = np.linspace(-1, 1, 16 * 48 * 48, dtype=np.float32).reshape(1, 16, 48, 48)
+    first = tessel.compile(WIDE)
+    assert "cache" not in first.phases and made == ["calibrated"]
+    again = tessel.compile(WIDE)
+    assert set(again.phases) == {"cache"} and made == ["calibrated"]
+    np.testing.assert_array_equal(_run(again, x), _run(first, x))

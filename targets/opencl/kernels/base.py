@@ -15,6 +15,7 @@ Conventions every template follows:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,10 +61,30 @@ class DeviceInfo:
     # the byte permute a lookup may use in a function with that target attribute ("avx512vbmi": x86
     # `vpermi2b`; "": none), device.byte_permute's probe
     byte_permute: str = ""
+    # where the peaks are 0: a zero-argument callable giving them (profile.OnFirstNeed: the device
+    # calibrated when a lowering first asks, see `measured`); not part of the device's identity
+    calibrate: Any = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def generic() -> DeviceInfo:
         return DeviceInfo()
+
+    @property
+    def has_peaks(self) -> bool:
+        return bool(self.peak_gflops and self.stream_gbps and self.copy_gbps)
+
+    def measured(self) -> DeviceInfo:
+        """This device with its peaks: as it is when it has them or nothing can measure them, else with
+        those its `calibrate` hook gives (a calibration of a few seconds on the device's first need; the
+        hook keeps them, so every later call is free). Only the choices that depend on the peaks (the
+        Winograd cost model) ask, so a model without such a choice never waits for a calibration."""
+        if self.has_peaks or self.calibrate is None:
+            return self
+        peaks = self.calibrate()
+        if peaks is None:
+            return self
+        return dataclasses.replace(self, peak_gflops=peaks.gflops, stream_gbps=peaks.stream_gbps,
+                                   copy_gbps=peaks.gbps, calibrate=None)
 
     def registers_per(self, lanes: int) -> int:
         """SIMD registers one float<lanes> takes."""

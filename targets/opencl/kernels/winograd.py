@@ -62,21 +62,19 @@ def default_tile(geo: Any) -> int:
     return 4 if tile_count(geo, 4) >= MIN_TILES_4X4 else 2
 
 
-def direct_seconds(ctx: Ctx, geo: Any) -> float:
-    """The direct kernel's time on the device's roofline: its FLOPs at the SGEMM peak, or its weights at the
-    rate the micro-kernels stream weights, whichever is longer."""
-    d = ctx.device
+def direct_seconds(d: Any, geo: Any) -> float:
+    """The direct kernel's time on the roofline of device `d` (a DeviceInfo with peaks): its FLOPs at the
+    SGEMM peak, or its weights at the rate the micro-kernels stream weights, whichever is longer."""
     flops = 2 * geo.n * geo.o * geo.c * geo.ho * geo.wo * 9
     return max(flops / (d.peak_gflops * 1e9), 4 * geo.o * geo.c * 9 / (d.stream_gbps * 1e9))
 
 
-def winograd_seconds(ctx: Ctx, geo: Any, m: int) -> float:
+def winograd_seconds(ctx: Ctx, d: Any, geo: Any, m: int) -> float:
     """F(m x m, 3x3)'s time on the same roofline: the batched GEMM's FLOPs (tiles padded to the GEMM's
     rows) or its transformed weights ((m+2)^2 / 9 times the direct kernel's bytes), plus the two transforms
     writing and reading V and M at the copy bandwidth. Each transformed weight is used once per tile, so
     on few tiles (a deep layer's 7x7 or 14x14 image) the GEMM waits on its weights: there the direct kernel
     or the smaller tile wins, and by how much depends on the device's ratio of FLOPs to streamed bytes."""
-    d = ctx.device
     a = m + 2
     tp = math.ceil(tile_count(geo, m) / (rows := pick_gemm_rows(ctx, tile_count(geo, m)))) * rows
     gemm = max(2 * a * a * tp * cpad(geo.c) * cpad(geo.o) / (d.peak_gflops * 1e9),
@@ -86,15 +84,31 @@ def winograd_seconds(ctx: Ctx, geo: Any, m: int) -> float:
 
 def cheapest(ctx: Ctx, geo: Any) -> int | None:
     """The Winograd tile (2 or 4) the device's peaks predict fastest, 0 when the direct kernel is predicted
-    faster than both, None without peaks."""
-    d = ctx.device
-    if not (d.peak_gflops and d.stream_gbps and d.copy_gbps):
+    faster than both, None without peaks (the device is calibrated here on its first need)."""
+    d = ctx.device.measured()
+    if not d.has_peaks:
         return None
     # F(4x4) on fewer than MIN_TILES_4X4 tiles leaves the GEMM too few rows to hide the FMA latency
-    costs = {m: winograd_seconds(ctx, geo, m) for m in sorted(TRANSFORMS)
+    costs = {m: winograd_seconds(ctx, d, geo, m) for m in sorted(TRANSFORMS)
              if m == 2 or tile_count(geo, m) >= MIN_TILES_4X4}
     best = min(costs, key=costs.__getitem__)
-    return best if costs[best] < direct_seconds(ctx, geo) else 0
+    return best if costs[best] < direct_seconds(d, geo) else 0
+
+
+def considers(module: Any) -> bool:
+    """Whether lowering `module` may ask the cost model above: it holds a conv2d (fused or not) of 3x3
+    weights, stride 1, dilation 1 and one group. A dynamic model, whose sizes are lowered at run time, has
+    its device calibrated at compile time where this holds (api.compile)."""
+    for op in module.walk():
+        if op.name != "conv2d" or len(op.operands) < 2:
+            continue
+        dims = getattr(op.operands[1].type, "dims", None)
+        if (dims is not None and len(dims) == 4 and tuple(dims[2:]) == (3, 3)
+                and list(op.attrs.get("strides", [1, 1])) == [1, 1]
+                and list(op.attrs.get("dilations", [1, 1])) == [1, 1]
+                and int(op.attrs.get("groups", 1)) == 1):
+            return True
+    return False
 
 
 def winograd_legal(ctx: Ctx, geo: Any, fused: bool) -> str:
@@ -138,11 +152,12 @@ def winograd_fits(ctx: Ctx, geo: Any, fused: bool) -> bool:
         return True
     if asked is not None or why:
         return False
-    m = pick_tile(ctx, geo)
     flops = 2 * geo.n * geo.o * geo.c * geo.ho * geo.wo * 9
+    if not (ctx.device.is_cpu and min(geo.c, geo.o) >= MIN_CHANNELS and flops >= MIN_FLOPS):
+        return False  # (before the peaks: a conv this rule refuses never calibrates the device)
+    m = pick_tile(ctx, geo)
     rows = pick_gemm_rows(ctx, tile_count(geo, m))
-    return (ctx.device.is_cpu and min(geo.c, geo.o) >= MIN_CHANNELS and flops >= MIN_FLOPS
-            and sum(scratch_bytes(geo, m, rows)) <= WINOGRAD_SCRATCH and cheapest(ctx, geo) != 0)
+    return sum(scratch_bytes(geo, m, rows)) <= WINOGRAD_SCRATCH and cheapest(ctx, geo) != 0
 
 
 def lower_winograd(ctx: Ctx, geo: Any, epilogue: Epilogue | None) -> Lowered:
