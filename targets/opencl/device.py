@@ -154,8 +154,9 @@ def device_info(d: Any, peaks: Any = None) -> DeviceInfo:
         peak_gflops=peaks.gflops if peaks else 0.0,
         stream_gbps=peaks.stream_gbps if peaks else 0.0,
         copy_gbps=peaks.gbps if peaks else 0.0,
-        int8_dot=int8_dot(d) if cpu else "",
-        byte_permute=byte_permute(d) if cpu else "",
+        int8_dot=_candidate(d, "avx512vnni") if cpu else "",
+        byte_permute=_candidate(d, "avx512vbmi") if cpu else "",
+        probe=functools.partial(_probed, d) if cpu else None,
     )
 
 
@@ -198,6 +199,13 @@ def byte_permute(d: Any) -> str:
 
 
 def _feature(d: Any, name: str) -> str:
+    return name if _candidate(d, name) and name in _probed(d) else ""
+
+
+def _candidate(d: Any, name: str) -> str:
+    """`name` where everything but the probe says device `d` has the feature (not turned off, PoCL on an
+    x86-64 CPU with 512-bit vectors whose host has it), else "": what device_info records, the probe
+    left to the first kernel that would use it (DeviceInfo.has)."""
     import platform
 
     needs, switch = FEATURES[name]
@@ -206,7 +214,7 @@ def _feature(d: Any, name: str) -> str:
     x86 = platform.machine().lower() in ("x86_64", "amd64")
     if _pocl_driver(d) is None or not x86 or simd_floats(d) < 16 or not _host_features(*needs):
         return ""
-    return name if name in _probed(d) else ""
+    return name
 
 
 def missing_features(source: str, d: Any) -> list[str]:

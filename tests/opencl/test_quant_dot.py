@@ -12,9 +12,11 @@ import re
 
 import numpy as np
 import pytest
+from tessel.ir.parser import parse_module
 from tessel.ir.types import TensorType
 from tessel.targets.opencl import device as dev
 from tessel.targets.opencl.kernels.testing import check_op, lower_op
+from tessel.targets.opencl.lower import lower_module
 
 from .conftest import pocl_probe
 from .test_quant_kernels import (
@@ -31,7 +33,7 @@ VNNI = dataclasses.replace(dev.DeviceInfo.generic(), int8_dot="avx512vnni")
 
 
 def has_dot() -> bool:
-    return dev.opencl_available() is None and dev.device_info(dev.pick_device()).int8_dot == "avx512vnni"
+    return dev.opencl_available() is None and dev.device_info(dev.pick_device()).has("avx512vnni")
 
 
 needs_dot = pytest.mark.skipif(not has_dot(), reason="the device has no 8-bit dot product (AVX-512 VNNI)")
@@ -253,3 +255,26 @@ def test_dot_qlstm_scan(reverse: bool, lengths: list[int], per_col: bool, hidden
     if not has_dot():
         pytest.skip("the device has no 8-bit dot product (AVX-512 VNNI)")
     check_op("qlstm_scan", ins, attrs, constant=consts, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(dev.opencl_available() is not None, reason="no OpenCL")
+def test_the_feature_probe_runs_only_for_a_kernel_that_would_use_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device_info records the features everything but the probe says the device has; the probe program
+    (device._probed) is built and run only when a lowering would use one (DeviceInfo.has): a float model
+    never pays for it. A hand-made DeviceInfo (no hook) is taken at its word."""
+    real, asked = dev._probed, []
+    monkeypatch.setattr(dev, "_probed", lambda d: asked.append(d) or real(d))
+    d = dev.pick_device()
+    info = dev.device_info(d)
+    m = parse_module("""module @m {
+  func @main(%x: tensor<4x32xf32>, %w: tensor<32x16xf32>) -> tensor<4x16xf32> {
+    %0 = matmul %x, %w : (tensor<4x32xf32>, tensor<32x16xf32>) -> tensor<4x16xf32>
+    return %0 : tensor<4x16xf32>
+  }
+}""", "<test>")
+    lower_module(m, info)
+    assert asked == []
+    assert not info.has("") and not info.has("sse9")
+    if info.int8_dot:
+        assert info.has(info.int8_dot) == (info.int8_dot in real(d)) and asked == [d]
+    assert VNNI.has("avx512vnni") and not VNNI.has("avx512vbmi")

@@ -56,18 +56,32 @@ class DeviceInfo:
     stream_gbps: float = 0.0  # constant weights streamed from memory by the GEMM micro-kernel
     copy_gbps: float = 0.0  # a three-stream elementwise kernel
     # the 8-bit dot product the device compiler may use in a function with that target attribute
-    # ("avx512vnni": x86 `vpdpbusd` on 512-bit vectors; "": none), device.int8_dot's probe
+    # ("avx512vnni": x86 `vpdpbusd` on 512-bit vectors; "": none): a candidate that `has` confirms by the
+    # probe (device.int8_dot)
     int8_dot: str = ""
     # the byte permute a lookup may use in a function with that target attribute ("avx512vbmi": x86
-    # `vpermi2b`; "": none), device.byte_permute's probe
+    # `vpermi2b`; "": none): likewise (device.byte_permute)
     byte_permute: str = ""
     # where the peaks are 0: a zero-argument callable giving them (profile.OnFirstNeed: the device
     # calibrated when a lowering first asks, see `measured`); not part of the device's identity
     calibrate: Any = field(default=None, repr=False, compare=False)
+    # where int8_dot or byte_permute names a feature: a zero-argument callable giving the features the
+    # device compiler was seen to compile right (device._probed: a small program built and run once a
+    # process), asked by `has` only when a lowering would use one; not part of the device's identity
+    probe: Any = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def generic() -> DeviceInfo:
         return DeviceInfo()
+
+    def has(self, feature: str) -> bool:
+        """Whether a kernel may use `feature` ("avx512vnni": int8_dot, "avx512vbmi": byte_permute): the
+        device's candidate (everything but the probe says it has it) that its `probe` hook confirms. The
+        probe runs on the first kernel that would use the feature, so a float model never builds it;
+        without a hook (a DeviceInfo made by hand) the field alone says."""
+        if not feature or feature not in (self.int8_dot, self.byte_permute):
+            return False
+        return self.probe is None or feature in self.probe()
 
     @property
     def has_peaks(self) -> bool:

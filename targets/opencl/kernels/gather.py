@@ -167,7 +167,7 @@ def lookup(ctx: Ctx) -> Lowered:
     T, n = ctype(table), x.numel
     if not n:
         return one_kernel(empty_kernel("lookup", T))
-    if ctx.device.byte_permute == PERMUTE and table.itemsize == 1 and n >= 64:
+    if table.itemsize == 1 and n >= 64 and ctx.device.has(PERMUTE):
         return permuted_lookup(ctx)
     idx = index_type(x, y)
     lanes = ", ".join(f"in1[u.s{'0123456789abcdef'[j]}]" for j in range(16))

@@ -79,7 +79,7 @@ def fits(ctx: Ctx, any_zero_point: bool = False) -> bool:
     """The device has the dot product, the operands are 8-bit and the weights less their zero point are
     signed bytes, or `any_zero_point` (the matmul takes any) (schedule `quads`: 0 keeps the other
     kernels)."""
-    if ctx.device.int8_dot != FEATURES or not int(ctx.schedule.get("quads", 1)):
+    if not int(ctx.schedule.get("quads", 1)) or not ctx.device.has(FEATURES):
         return False
     return ctx.operands[0].dtype in ("i8", "ui8") and (any_zero_point or _zero_points(ctx) is not None)
 

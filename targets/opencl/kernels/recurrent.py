@@ -108,7 +108,7 @@ def dot_fits(ctx: Ctx) -> bool:
     from .qdot import FEATURES
 
     wanted = int(ctx.schedule.get("quads", 1))
-    if ctx.op_name != "qlstm_scan" or ctx.device.int8_dot != FEATURES or not wanted:
+    if ctx.op_name != "qlstm_scan" or not wanted or not ctx.device.has(FEATURES):
         return False
     rt, rz = ctx.operands[1], ctx.value(5)
     return rt.dtype == "i8" and rz is not None and not rz.any() and rt.dims[0] % 16 == 0
