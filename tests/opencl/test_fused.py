@@ -157,7 +157,9 @@ def conv_region(
 
 
 def test_conv_bias_relu() -> None:
-    """The bias as an epilogue operand ([C, 1, 1], loaded at the channel of the NCHW index), then ReLU."""
+    """The bias as an epilogue operand ([C, 1, 1], loaded at the channel of the NCHW index), then ReLU: on
+    each pixel's channel vector at once (the chain's helper with a plane's lane step, its 16 lanes then
+    stored a plane apart), not lane by lane."""
     x, w, y, b = T(1, 16, 10, 10), T(32, 16, 3, 3), T(1, 32, 10, 10), T(32, 1, 1)
     body = f"""
     %c = conv2d %_x, %_w {{pads = [1, 1, 1, 1]}} : ({x}, {w}) -> {y}
@@ -165,15 +167,23 @@ def test_conv_bias_relu() -> None:
     %r = relu %a : ({y}) -> {y}
     yield %r : {y}"""
     m, _ = run(module({"x": x}, {"w": w, "b": b}, body, ["x", "w", "b"], [y], "epilogue"))
-    assert re.search(r"k\d+_\w+_epi1\(acc0\.s0, y0 \+ 0, ep2\)", source(m))
+    src = source(m)
+    assert re.search(r"const float16 r0 = k\d+_\w+_epc16\(\(acc0\), y0, ep2\);", src), src
+    assert re.search(r"Y\[y0 \+ 100\] = r0\.s1;", src) and "_epi1(" not in src
 
 
-def test_conv_residual_add_relu() -> None:
-    y = T(1, 24, 9, 9)
+@pytest.mark.parametrize("channels", [20, 24, 32])
+def test_conv_residual_add_relu(channels: int) -> None:
+    """A chain reading an NCHW operand: on 24 and 32 channels (three float8 columns, two float16 ones) each
+    pixel's vector at once (the residual's lanes read a plane apart); 20 channels end in a partial vector,
+    whose lanes past the last channel would read past the residual, so that conv keeps the chain lane by
+    lane."""
+    y = T(1, channels, 9, 9)
     chain = f"""%a = add %c, %_res : ({y}, {y}) -> {y}
     %r = relu %a : ({y}) -> {y}
     yield %r : {y}"""
-    run(conv_region(24, 24, 9, chain, {"res": y}, bias_in_conv=True))
+    m, _ = run(conv_region(channels, channels, 9, chain, {"res": y}, bias_in_conv=True))
+    assert ("_epc" in source(m)) == (channels != 20) and ("_epi1(" in source(m)) == (channels == 20)
 
 
 CTM = "coordinate_transformation_mode"

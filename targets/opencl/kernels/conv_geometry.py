@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from .base import Ctx, NotLowerable
-from .gemm import Epilogue
+from .gemm import AcrossChannels, Epilogue
 
 LANES = "0123456789abcdef"
 
@@ -275,6 +275,9 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
     # blocked output, lanes consecutive in memory: one vector store a pixel; with a channel tail (72
     # channels in blocks of 16) the columns that are whole still store a vector, the last one lane by lane
     vector = bool(geo.out_block) and width > 1 and geo.out_block % width == 0 and not lane_limit
+    # NCHW with a chain that can run on a pixel's channel vector (lanes a plane apart): once a pixel
+    across = (epilogue.across if isinstance(epilogue, AcrossChannels) and not geo.out_block and width > 1
+              and not lane_limit and not ctail else None)
     for i, acc in enumerate(accs):
         y, x = divmod(i, tw)
         conds = []
@@ -296,7 +299,12 @@ def store_pixels(geo: Geometry, th: int, tw: int, width: int, accs: list[str], h
                 lines += tail_column(geo, acc, width, has_bias, epilogue, oc, yi, ind)
             else:
                 lines.append(f"{ind}vstore{width}({v}, 0, Y + {yi});")
-        for j in range(width if not vector else 0):
+        if across is not None:
+            v = acc + (f" + vload{width}(0, in2 + {oc})" if has_bias else "")
+            lines.append(f"{ind}const float{width} r{i}{tag} = {across(f'({v})', yi, width)};")
+            lines += [f"{ind}Y[{yi} + {j * geo.ho * geo.wo}] = {lane(f'r{i}{tag}', j, width)};"
+                      for j in range(width)]
+        for j in range(width if not vector and across is None else 0):
             v = lane(acc, j, width) + (f" + in2[{oc} + {j}]" if has_bias else "")
             if not geo.out_block:
                 idx = f"{yi} + {j * geo.ho * geo.wo}"

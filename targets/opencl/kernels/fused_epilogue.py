@@ -31,7 +31,7 @@ from .fused_chain import (
     unblock,
 )
 from .fused_norm import NO_NORM, lower_row_norm, norm_prologue
-from .gemm import Tail, lower_gemm, lower_matmul
+from .gemm import AcrossChannels, Tail, lower_gemm, lower_matmul
 from .qlinear import lower_integer_conv
 from .resize import upsample_tables
 
@@ -134,11 +134,17 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     chain = Chain(rg, "epi", ops if has_chain else [], main, result, spaces, ctype(main.type), it, unb,
                   outlined=anchor.name in REQUANTIZED_ANCHORS and not _few_stores(anchor))
     epi = chain.call if has_chain else None
-    lanes = None  # the chain on 16 consecutive channels of one pixel, for the integer conv's channel lanes
-    if anchor.name in REQUANTIZED_ANCHORS and has_chain:
+    # the chain on 16 consecutive channels of one pixel (lanes a plane apart): the integer conv's channel
+    # lanes, and a float conv storing NCHW, which runs it on each pixel's channel vector
+    channels = None
+    if has_chain and (anchor.name in REQUANTIZED_ANCHORS or (anchor.name == "conv2d" and not out_block)):
         across = Space(main.type.dims, "p", channel_lanes=True)
-        lanes = Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
-                      ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]), outlined=True)
+        channels = Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
+                         ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]),
+                         outlined=anchor.name in REQUANTIZED_ANCHORS)
+    lanes = channels if anchor.name in REQUANTIZED_ANCHORS else None
+    if channels is not None and anchor.name == "conv2d":
+        epi = AcrossChannels(chain.call, channels.call)
     # the anchor's constant operands' values where the kernel op's are at hand (the integer conv's
     # templates read its zero points: the 8-bit dot products need them constant)
     values = ctx.values
@@ -165,7 +171,7 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     reads = (*norm.reads, *((scale[3],) if scale else ()), *(ex.reads if ex else ()))
     if ex:  # the expansion's [C, K, 1, 1] weights as 16-wide vectors per input channel and output block
         low.pack[ex.reads[0]] = PackSpec((1, 0), (16, 16))
-    chains = [chain, *((ex.chain,) if ex else ()), *((lanes,) if lanes else ())]
+    chains = [chain, *((ex.chain,) if ex else ()), *((channels,) if channels else ())]
     low = finish(rg, low, chains, remap(where, sorted({*chain.extras, *reads})), len(anchor.operands),
                  extra_params=True, reads=reads)
     fused_ops = (len(ops) + 1 + (unpack is not None) + 3 * bool(shuffle) + (split is not None)

@@ -44,6 +44,21 @@ from .reducers import V, fold_lanes
 Epilogue = Callable[[str, str, int], str]
 
 
+@dataclass(frozen=True)
+class AcrossChannels:
+    """An epilogue (`each`, as Epilogue) that can also evaluate the lanes of one NCHW pixel's channel
+    vector at once: `across(value, index, lanes)` with lane j at index + j * H * W (the chain's helper
+    with a plane's lane step). A conv storing NCHW applies `across` to a pixel's whole vector and stores
+    its lanes, where `each` would be called lane by lane: a GELU over 14 float16 accumulators was 224
+    inlined scalar chains, 3.1 s of PoCL's compile of one conv kernel."""
+
+    each: Epilogue
+    across: Epilogue
+
+    def __call__(self, value: str, index: str, lanes: int) -> str:
+        return self.each(value, index, lanes)
+
+
 def check_float32(op: str, *types: TensorType) -> None:
     require_static(*types)
     for t in types:
