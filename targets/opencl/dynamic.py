@@ -18,6 +18,7 @@ first (the sizes decide the Ifs on sizes, which canonicalize then inlines); cont
 from __future__ import annotations
 
 import gc
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -153,10 +154,12 @@ class DynamicExecutable:
 
     def __init__(self, module: Module, func: Func, device: Any = None, **options: Any):
         from . import device as dev
+        from .profile import compile_info
 
         self.module, self.func = module, func
         self.device = device if device is not None else dev.pick_device()
-        self.info = dev.device_info(self.device)
+        # the stored peaks, else the device calibrated when a size's lowering first needs them
+        self.info = compile_info(self.device, lambda text: print(f"tessel: {text}", file=sys.stderr))
         self.options = options
         self.loaded: OrderedDict[Shapes, Any] = OrderedDict()
         self.compiled = 0

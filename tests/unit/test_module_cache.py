@@ -242,3 +242,31 @@ def test_the_device_is_calibrated_by_the_first_compile_that_needs_it(
     again = tessel.compile(WIDE)
     assert set(again.phases) == {"cache"} and made == ["calibrated"]
     np.testing.assert_array_equal(_run(again, x), _run(first, x))
+
+
+@needs_opencl
+def test_a_dynamic_size_calibrates_the_device_when_its_lowering_needs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dynamic func's sizes are lowered at run time (as tessel-run runs a dynamic module): with no
+    stored peaks, the first size whose conv the Winograd rule considers calibrates the device, once."""
+    from tessel.ir.parser import parse_module
+    from tessel.targets.opencl import device as dev
+    from tessel.targets.opencl import dynamic, profile
+    from tessel.targets.opencl.lower import lower_module
+
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path))  # no stored peaks
+    made: list[str] = []
+
+    def fake(device: object, *args: object, **kwargs: object) -> profile.Peaks:
+        made.append("calibrated")
+        return profile.Peaks(300.0, 27.0, 5.0, "fake", "2026-01-01", stream_gbps=13.0)
+
+    monkeypatch.setattr(profile, "calibrate", fake)
+    m = parse_module(WIDE.replace("tensor<1x16x48x48xf32>", "tensor<?x16x48x48xf32>"), "<test>")
+    lower_module(m, profile.compile_info(dev.pick_device()))
+    assert made == []  # nothing lowered yet: the sizes come at run time
+    exe = dynamic.executable(m, m.funcs[0])
+    x = np.ones((2, 16, 48, 48), np.float32)
+    exe.run([x])
+    exe.run([x[:1]])
+    assert made == ["calibrated"]
