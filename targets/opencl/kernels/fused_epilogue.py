@@ -60,6 +60,14 @@ def pool_anchors() -> dict[str, Anchor]:
     return dict.fromkeys(POOLS, fn)
 
 
+def channel_chain(rg: Region, ops: list[Op], main: Value, result: Value, it: str, outlined: bool) -> Chain:
+    """The chain on consecutive channels of one NCHW pixel (`epc<w>`: lane j a plane, H * W positions,
+    after lane 0)."""
+    across = Space(main.type.dims, "p", channel_lanes=True)
+    return Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
+                 ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]), outlined=outlined)
+
+
 def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS) -> Lowered:
     """One anchor of `table` (its operands kernel operands, operand 0 maybe through an NCHWc `unpack`)
     and the elementwise chain on its result (maybe through one `pack`), by the anchor's template."""
@@ -137,11 +145,14 @@ def lower_epilogue(ctx: Ctx, rg: Region, table: dict[str, Anchor] = CONTRACTIONS
     # the chain on 16 consecutive channels of one pixel (lanes a plane apart): the integer conv's channel
     # lanes, and a float conv storing NCHW, which runs it on each pixel's channel vector
     channels = None
-    if has_chain and (anchor.name in REQUANTIZED_ANCHORS or (anchor.name == "conv2d" and not out_block)):
-        across = Space(main.type.dims, "p", channel_lanes=True)
-        channels = Chain(rg, "epc", ops, main, result, chain_spaces(rg, ops, main, across, None, None),
-                         ctype(main.type), it, lane_step=math.prod(main.type.dims[2:]),
-                         outlined=anchor.name in REQUANTIZED_ANCHORS)
+    if has_chain and anchor.name in REQUANTIZED_ANCHORS:
+        channels = channel_chain(rg, ops, main, result, it, outlined=True)
+    elif has_chain and anchor.name == "conv2d" and not out_block:
+        try:
+            channels = channel_chain(rg, ops, main, result, it, outlined=False)
+            channels.definitions("KERNEL_epc16(")  # (its helper made now: one it cannot make refuses here)
+        except NotLowerable:  # a chain that runs only lane by lane: the conv stores it so
+            channels = None
     lanes = channels if anchor.name in REQUANTIZED_ANCHORS else None
     if channels is not None and anchor.name == "conv2d":
         epi = AcrossChannels(chain.call, channels.call)
